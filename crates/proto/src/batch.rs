@@ -1,0 +1,745 @@
+//! Kafka's RecordBatch v2 layout: the unit that is produced, stored, replicated and
+//! fetched. The broker never re-encodes records: the leader only stamps
+//! `base_offset` and `partition_leader_epoch`, which sit before the CRC-covered
+//! region, so stamping never recomputes the CRC.
+//!
+//! ```text
+//! offset  field                   size
+//!      0  base_offset              i64   (stamped by the leader)
+//!      8  batch_length             i32   (bytes after this field)
+//!     12  partition_leader_epoch   i32   (stamped by the leader)
+//!     16  magic                    i8    = 2
+//!     17  crc                      u32   CRC-32C of bytes 21..end
+//!     21  attributes               i16
+//!     23  last_offset_delta        i32
+//!     27  base_timestamp           i64
+//!     35  max_timestamp            i64
+//!     43  producer_id              i64
+//!     51  producer_epoch           i16
+//!     53  base_sequence            i32
+//!     57  records_count            i32
+//!     61  records (varint encoded)
+//! ```
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+/// Bytes before the first record.
+pub const HEADER_LEN: usize = 61;
+/// Bytes of `base_offset` + `batch_length`: a batch's total size is this plus
+/// `batch_length`.
+pub const LOG_OVERHEAD: usize = 12;
+/// The only supported batch format.
+pub const MAGIC: i8 = 2;
+
+const BATCH_LENGTH_AT: usize = 8;
+const LEADER_EPOCH_AT: usize = 12;
+const MAGIC_AT: usize = 16;
+const CRC_AT: usize = 17;
+const ATTRIBUTES_AT: usize = 21;
+const LAST_OFFSET_DELTA_AT: usize = 23;
+const BASE_TIMESTAMP_AT: usize = 27;
+const MAX_TIMESTAMP_AT: usize = 35;
+const PRODUCER_ID_AT: usize = 43;
+const PRODUCER_EPOCH_AT: usize = 51;
+const BASE_SEQUENCE_AT: usize = 53;
+const RECORDS_COUNT_AT: usize = 57;
+
+/// Low three bits of `attributes`: the compression codec.
+const COMPRESSION_MASK: i16 = 0x07;
+
+/// Why bytes are not a valid batch. Every variant maps to `CORRUPT_MESSAGE` on the
+/// wire except [`BatchError::Compressed`] (`UNSUPPORTED_COMPRESSION_TYPE`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BatchError {
+    #[error("batch truncated: needs {needed} bytes, {available} available")]
+    Truncated { needed: usize, available: usize },
+    #[error("batch length {0} is out of range")]
+    BadLength(i32),
+    #[error("unsupported batch magic {0} (only 2 is supported)")]
+    BadMagic(i8),
+    #[error("batch CRC mismatch: header says {stored:#010x}, bytes give {computed:#010x}")]
+    CrcMismatch { stored: u32, computed: u32 },
+    #[error("compressed batches (codec {0}) are not supported")]
+    Compressed(u8),
+    #[error("malformed records: {0}")]
+    BadRecords(&'static str),
+}
+
+/// The fixed-size header of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchHeader {
+    pub base_offset: i64,
+    pub batch_length: i32,
+    pub partition_leader_epoch: i32,
+    pub magic: i8,
+    pub crc: u32,
+    pub attributes: i16,
+    pub last_offset_delta: i32,
+    pub base_timestamp: i64,
+    pub max_timestamp: i64,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+    pub records_count: i32,
+}
+
+fn i16_at(b: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes([b[at], b[at + 1]])
+}
+fn i32_at(b: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+fn i64_at(b: &[u8], at: usize) -> i64 {
+    i64::from_be_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+impl BatchHeader {
+    /// Parses the header at the start of `buf`. Checks sizes and magic only; see
+    /// [`validate`] for the full check.
+    pub fn parse(buf: &[u8]) -> Result<Self, BatchError> {
+        if buf.len() < HEADER_LEN {
+            return Err(BatchError::Truncated {
+                needed: HEADER_LEN,
+                available: buf.len(),
+            });
+        }
+        let batch_length = i32_at(buf, BATCH_LENGTH_AT);
+        if batch_length < (HEADER_LEN - LOG_OVERHEAD) as i32 {
+            return Err(BatchError::BadLength(batch_length));
+        }
+        let magic = buf[MAGIC_AT] as i8;
+        if magic != MAGIC {
+            return Err(BatchError::BadMagic(magic));
+        }
+        Ok(BatchHeader {
+            base_offset: i64_at(buf, 0),
+            batch_length,
+            partition_leader_epoch: i32_at(buf, LEADER_EPOCH_AT),
+            magic,
+            crc: u32::from_be_bytes(buf[CRC_AT..CRC_AT + 4].try_into().expect("4 bytes")),
+            attributes: i16_at(buf, ATTRIBUTES_AT),
+            last_offset_delta: i32_at(buf, LAST_OFFSET_DELTA_AT),
+            base_timestamp: i64_at(buf, BASE_TIMESTAMP_AT),
+            max_timestamp: i64_at(buf, MAX_TIMESTAMP_AT),
+            producer_id: i64_at(buf, PRODUCER_ID_AT),
+            producer_epoch: i16_at(buf, PRODUCER_EPOCH_AT),
+            base_sequence: i32_at(buf, BASE_SEQUENCE_AT),
+            records_count: i32_at(buf, RECORDS_COUNT_AT),
+        })
+    }
+
+    /// Size of the whole batch in bytes, header included.
+    pub fn total_len(&self) -> usize {
+        LOG_OVERHEAD + self.batch_length as usize
+    }
+
+    /// Offset of the batch's last record.
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset + i64::from(self.last_offset_delta)
+    }
+
+    /// The offset after this batch.
+    pub fn next_offset(&self) -> i64 {
+        self.last_offset() + 1
+    }
+
+    /// Compression codec (0 = none).
+    pub fn compression(&self) -> u8 {
+        (self.attributes & COMPRESSION_MASK) as u8
+    }
+}
+
+/// CRC-32C of the CRC-covered region (`attributes` to the end) of a whole batch.
+pub fn compute_crc(batch: &[u8]) -> u32 {
+    crc32c::crc32c(&batch[ATTRIBUTES_AT..])
+}
+
+/// Checks one whole batch (exactly `batch.len()` bytes): sizes, magic, CRC, and the
+/// record framing (count, sequential offset deltas, lengths), without allocating.
+pub fn validate(batch: &[u8]) -> Result<BatchHeader, BatchError> {
+    let header = BatchHeader::parse(batch)?;
+    if header.total_len() != batch.len() {
+        return Err(BatchError::Truncated {
+            needed: header.total_len(),
+            available: batch.len(),
+        });
+    }
+    let computed = compute_crc(batch);
+    if computed != header.crc {
+        return Err(BatchError::CrcMismatch {
+            stored: header.crc,
+            computed,
+        });
+    }
+    if header.compression() != 0 {
+        return Err(BatchError::Compressed(header.compression()));
+    }
+    if header.records_count <= 0 {
+        return Err(BatchError::BadRecords("a batch must hold at least one record"));
+    }
+    if header.last_offset_delta != header.records_count - 1 {
+        return Err(BatchError::BadRecords(
+            "last_offset_delta does not match the record count",
+        ));
+    }
+    let mut rest = &batch[HEADER_LEN..];
+    for expected_delta in 0..header.records_count {
+        let record = RecordView::parse(&mut rest)?;
+        if record.offset_delta != expected_delta {
+            return Err(BatchError::BadRecords("offset deltas are not 0, 1, 2, ..."));
+        }
+    }
+    if !rest.is_empty() {
+        return Err(BatchError::BadRecords("bytes after the last record"));
+    }
+    Ok(header)
+}
+
+/// Checks the CRC and sizes of one whole batch (what a follower checks on bytes
+/// that the leader validated already).
+pub fn verify_crc(batch: &[u8]) -> Result<BatchHeader, BatchError> {
+    let header = BatchHeader::parse(batch)?;
+    if header.total_len() != batch.len() {
+        return Err(BatchError::Truncated {
+            needed: header.total_len(),
+            available: batch.len(),
+        });
+    }
+    let computed = compute_crc(batch);
+    if computed != header.crc {
+        return Err(BatchError::CrcMismatch {
+            stored: header.crc,
+            computed,
+        });
+    }
+    Ok(header)
+}
+
+/// Splits a buffer of concatenated batches into whole batches. Stops with an error
+/// at the first batch whose header is bad or whose bytes are cut short.
+pub fn split(buf: &[u8]) -> Batches<'_> {
+    Batches { rest: buf }
+}
+
+/// Iterator returned by [`split`].
+#[derive(Debug, Clone)]
+pub struct Batches<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for Batches<'a> {
+    type Item = Result<(BatchHeader, &'a [u8]), BatchError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        let header = match BatchHeader::parse(self.rest) {
+            Ok(h) => h,
+            Err(e) => {
+                self.rest = &[];
+                return Some(Err(e));
+            }
+        };
+        let len = header.total_len();
+        if len > self.rest.len() {
+            let available = self.rest.len();
+            self.rest = &[];
+            return Some(Err(BatchError::Truncated {
+                needed: len,
+                available,
+            }));
+        }
+        let (batch, rest) = self.rest.split_at(len);
+        self.rest = rest;
+        Some(Ok((header, batch)))
+    }
+}
+
+/// Writes the leader's stamp into a batch header: its first offset and the epoch of
+/// the leader that appended it. Neither field is covered by the CRC.
+pub fn stamp(batch: &mut [u8], base_offset: i64, partition_leader_epoch: i32) {
+    batch[..8].copy_from_slice(&base_offset.to_be_bytes());
+    batch[LEADER_EPOCH_AT..LEADER_EPOCH_AT + 4]
+        .copy_from_slice(&partition_leader_epoch.to_be_bytes());
+}
+
+/// The first 17 bytes of a batch (up to and including `magic`) with the leader's
+/// stamp applied: lets a writer send the stamp and then the untouched rest of the
+/// producer's bytes without copying them.
+pub fn stamped_prefix(batch: &[u8], base_offset: i64, partition_leader_epoch: i32) -> [u8; 17] {
+    let mut prefix = [0u8; 17];
+    prefix.copy_from_slice(&batch[..17]);
+    stamp(&mut prefix, base_offset, partition_leader_epoch);
+    prefix
+}
+
+/// Length of the stamped prefix (see [`stamped_prefix`]).
+pub const STAMPED_PREFIX_LEN: usize = 17;
+
+// --- varints (zigzag, as Kafka's records use) ---
+
+fn read_uvarint(buf: &mut &[u8]) -> Result<u64, BatchError> {
+    let mut value = 0u64;
+    for i in 0..10 {
+        let (&byte, rest) = buf
+            .split_first()
+            .ok_or(BatchError::BadRecords("varint cut short"))?;
+        *buf = rest;
+        value |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Ok(value);
+        }
+    }
+    Err(BatchError::BadRecords("varint longer than 10 bytes"))
+}
+
+fn read_varlong(buf: &mut &[u8]) -> Result<i64, BatchError> {
+    let raw = read_uvarint(buf)?;
+    Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64))
+}
+
+fn read_varint(buf: &mut &[u8]) -> Result<i32, BatchError> {
+    let v = read_varlong(buf)?;
+    i32::try_from(v).map_err(|_| BatchError::BadRecords("varint out of i32 range"))
+}
+
+fn put_varlong(out: &mut BytesMut, v: i64) {
+    let mut raw = ((v << 1) ^ (v >> 63)) as u64;
+    while raw >= 0x80 {
+        out.put_u8((raw as u8) | 0x80);
+        raw >>= 7;
+    }
+    out.put_u8(raw as u8);
+}
+
+fn varlong_len(v: i64) -> usize {
+    let raw = ((v << 1) ^ (v >> 63)) as u64;
+    let bits = 64 - raw.leading_zeros() as usize;
+    bits.max(1).div_ceil(7)
+}
+
+fn take<'a>(buf: &mut &'a [u8], len: usize) -> Result<&'a [u8], BatchError> {
+    if buf.len() < len {
+        return Err(BatchError::BadRecords("field longer than the record"));
+    }
+    let (head, rest) = buf.split_at(len);
+    *buf = rest;
+    Ok(head)
+}
+
+/// A nullable byte field: length -1 is null.
+fn read_nullable<'a>(buf: &mut &'a [u8]) -> Result<Option<&'a [u8]>, BatchError> {
+    let len = read_varint(buf)?;
+    match len {
+        -1 => Ok(None),
+        l if l < 0 => Err(BatchError::BadRecords("negative field length")),
+        l => take(buf, l as usize).map(Some),
+    }
+}
+
+/// A record header (key/value pair attached to a record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeaderView<'a> {
+    pub key: &'a [u8],
+    pub value: Option<&'a [u8]>,
+}
+
+/// One record, borrowed from its batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordView<'a> {
+    pub attributes: i8,
+    pub timestamp_delta: i64,
+    pub offset_delta: i32,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    headers: &'a [u8],
+    header_count: i32,
+}
+
+impl<'a> RecordView<'a> {
+    /// Parses one record from the front of `buf` and advances it.
+    fn parse(buf: &mut &'a [u8]) -> Result<Self, BatchError> {
+        let len = read_varint(buf)?;
+        if len < 0 {
+            return Err(BatchError::BadRecords("negative record length"));
+        }
+        let mut body = take(buf, len as usize)?;
+        let (&attributes, rest) = body
+            .split_first()
+            .ok_or(BatchError::BadRecords("empty record"))?;
+        body = rest;
+        let timestamp_delta = read_varlong(&mut body)?;
+        let offset_delta = read_varint(&mut body)?;
+        let key = read_nullable(&mut body)?;
+        let value = read_nullable(&mut body)?;
+        let header_count = read_varint(&mut body)?;
+        if header_count < 0 {
+            return Err(BatchError::BadRecords("negative header count"));
+        }
+        let headers = body;
+        let mut check = headers;
+        for _ in 0..header_count {
+            let key_len = read_varint(&mut check)?;
+            if key_len < 0 {
+                return Err(BatchError::BadRecords("header key is null"));
+            }
+            take(&mut check, key_len as usize)?;
+            read_nullable(&mut check)?;
+        }
+        if !check.is_empty() {
+            return Err(BatchError::BadRecords("bytes after the record's headers"));
+        }
+        Ok(RecordView {
+            attributes: attributes as i8,
+            timestamp_delta,
+            offset_delta,
+            key,
+            value,
+            headers,
+            header_count,
+        })
+    }
+
+    /// The record's headers.
+    pub fn headers(&self) -> impl Iterator<Item = HeaderView<'a>> + '_ {
+        let mut rest = self.headers;
+        (0..self.header_count).map(move |_| {
+            // Validated when the record was parsed.
+            let key_len = read_varint(&mut rest).unwrap_or(0).max(0) as usize;
+            let key = take(&mut rest, key_len).unwrap_or_default();
+            let value = read_nullable(&mut rest).unwrap_or(None);
+            HeaderView { key, value }
+        })
+    }
+}
+
+/// A record with its absolute offset and timestamp.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record<'a> {
+    pub offset: i64,
+    pub timestamp: i64,
+    pub view: RecordView<'a>,
+}
+
+/// Iterates over the records of one validated batch.
+pub fn records(batch: &[u8]) -> Result<Records<'_>, BatchError> {
+    let header = BatchHeader::parse(batch)?;
+    if batch.len() < header.total_len() {
+        return Err(BatchError::Truncated {
+            needed: header.total_len(),
+            available: batch.len(),
+        });
+    }
+    if header.compression() != 0 {
+        return Err(BatchError::Compressed(header.compression()));
+    }
+    Ok(Records {
+        header,
+        rest: &batch[HEADER_LEN..header.total_len()],
+        remaining: header.records_count.max(0),
+    })
+}
+
+/// Iterator returned by [`records`].
+#[derive(Debug, Clone)]
+pub struct Records<'a> {
+    header: BatchHeader,
+    rest: &'a [u8],
+    remaining: i32,
+}
+
+impl<'a> Iterator for Records<'a> {
+    type Item = Result<Record<'a>, BatchError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.remaining == 0 {
+            return None;
+        }
+        self.remaining -= 1;
+        match RecordView::parse(&mut self.rest) {
+            Ok(view) => Some(Ok(Record {
+                offset: self.header.base_offset + i64::from(view.offset_delta),
+                timestamp: self.header.base_timestamp + view.timestamp_delta,
+                view,
+            })),
+            Err(e) => {
+                self.remaining = 0;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+/// Builds one uncompressed batch, as a producer does. Offsets are relative (the
+/// leader stamps the base offset); the epoch is left at -1.
+#[derive(Debug)]
+pub struct BatchBuilder {
+    buf: BytesMut,
+    count: i32,
+    base_timestamp: i64,
+    max_timestamp: i64,
+}
+
+impl BatchBuilder {
+    /// A builder for records whose timestamps are relative to `base_timestamp`.
+    pub fn new(base_timestamp: i64) -> Self {
+        Self::with_capacity(base_timestamp, 1024)
+    }
+
+    /// As [`BatchBuilder::new`], reserving room for `capacity` bytes of records.
+    pub fn with_capacity(base_timestamp: i64, capacity: usize) -> Self {
+        let mut buf = BytesMut::with_capacity(HEADER_LEN + capacity);
+        buf.resize(HEADER_LEN, 0);
+        BatchBuilder {
+            buf,
+            count: 0,
+            base_timestamp,
+            max_timestamp: base_timestamp,
+        }
+    }
+
+    /// Number of records so far.
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    /// True when no record was added.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Size of the batch if finished now.
+    pub fn size_bytes(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Encoded size of a record with these fields (for batch-size accounting).
+    pub fn record_size(
+        offset_delta: i32,
+        timestamp_delta: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[(&[u8], Option<&[u8]>)],
+    ) -> usize {
+        let body = Self::body_len(offset_delta, timestamp_delta, key, value, headers);
+        varlong_len(body as i64) + body
+    }
+
+    fn body_len(
+        offset_delta: i32,
+        timestamp_delta: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[(&[u8], Option<&[u8]>)],
+    ) -> usize {
+        let nullable = |f: Option<&[u8]>| match f {
+            None => varlong_len(-1),
+            Some(b) => varlong_len(b.len() as i64) + b.len(),
+        };
+        1 + varlong_len(timestamp_delta)
+            + varlong_len(i64::from(offset_delta))
+            + nullable(key)
+            + nullable(value)
+            + varlong_len(headers.len() as i64)
+            + headers
+                .iter()
+                .map(|(k, v)| varlong_len(k.len() as i64) + k.len() + nullable(*v))
+                .sum::<usize>()
+    }
+
+    /// Appends a record.
+    pub fn push(
+        &mut self,
+        timestamp: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[(&[u8], Option<&[u8]>)],
+    ) {
+        let delta = timestamp - self.base_timestamp;
+        self.max_timestamp = self.max_timestamp.max(timestamp);
+        let body = Self::body_len(self.count, delta, key, value, headers);
+        let out = &mut self.buf;
+        put_varlong(out, body as i64);
+        out.put_i8(0);
+        put_varlong(out, delta);
+        put_varlong(out, i64::from(self.count));
+        let put_nullable = |out: &mut BytesMut, f: Option<&[u8]>| match f {
+            None => put_varlong(out, -1),
+            Some(b) => {
+                put_varlong(out, b.len() as i64);
+                out.put_slice(b);
+            }
+        };
+        put_nullable(out, key);
+        put_nullable(out, value);
+        put_varlong(out, headers.len() as i64);
+        for (k, v) in headers {
+            put_varlong(out, k.len() as i64);
+            out.put_slice(k);
+            put_nullable(out, *v);
+        }
+        self.count += 1;
+    }
+
+    /// Writes the header and CRC and returns the batch.
+    ///
+    /// # Panics
+    /// If no record was pushed (an empty batch is not valid).
+    pub fn finish(mut self) -> Bytes {
+        assert!(self.count > 0, "a batch needs at least one record");
+        let len = self.buf.len();
+        let h = &mut self.buf[..];
+        h[0..8].copy_from_slice(&0i64.to_be_bytes());
+        h[BATCH_LENGTH_AT..BATCH_LENGTH_AT + 4]
+            .copy_from_slice(&((len - LOG_OVERHEAD) as i32).to_be_bytes());
+        h[LEADER_EPOCH_AT..LEADER_EPOCH_AT + 4].copy_from_slice(&(-1i32).to_be_bytes());
+        h[MAGIC_AT] = MAGIC as u8;
+        h[ATTRIBUTES_AT..ATTRIBUTES_AT + 2].copy_from_slice(&0i16.to_be_bytes());
+        h[LAST_OFFSET_DELTA_AT..LAST_OFFSET_DELTA_AT + 4]
+            .copy_from_slice(&(self.count - 1).to_be_bytes());
+        h[BASE_TIMESTAMP_AT..BASE_TIMESTAMP_AT + 8]
+            .copy_from_slice(&self.base_timestamp.to_be_bytes());
+        h[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8]
+            .copy_from_slice(&self.max_timestamp.to_be_bytes());
+        h[PRODUCER_ID_AT..PRODUCER_ID_AT + 8].copy_from_slice(&(-1i64).to_be_bytes());
+        h[PRODUCER_EPOCH_AT..PRODUCER_EPOCH_AT + 2].copy_from_slice(&(-1i16).to_be_bytes());
+        h[BASE_SEQUENCE_AT..BASE_SEQUENCE_AT + 4].copy_from_slice(&(-1i32).to_be_bytes());
+        h[RECORDS_COUNT_AT..RECORDS_COUNT_AT + 4].copy_from_slice(&self.count.to_be_bytes());
+        let crc = compute_crc(h);
+        h[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+        self.buf.freeze()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    type Rec = (Option<Vec<u8>>, Option<Vec<u8>>, Vec<(Vec<u8>, Option<Vec<u8>>)>, i64);
+
+    fn build(records: &[Rec], base_ts: i64) -> Bytes {
+        let mut b = BatchBuilder::new(base_ts);
+        for (k, v, hs, ts) in records {
+            let hs: Vec<(&[u8], Option<&[u8]>)> = hs
+                .iter()
+                .map(|(k, v)| (k.as_slice(), v.as_deref()))
+                .collect();
+            let before = b.size_bytes();
+            b.push(*ts, k.as_deref(), v.as_deref(), &hs);
+            let predicted = BatchBuilder::record_size(
+                b.len() as i32 - 1,
+                ts - base_ts,
+                k.as_deref(),
+                v.as_deref(),
+                &hs,
+            );
+            assert_eq!(b.size_bytes() - before, predicted);
+        }
+        b.finish()
+    }
+
+    fn arb_record() -> impl Strategy<Value = Rec> {
+        (
+            proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
+            proptest::option::of(proptest::collection::vec(any::<u8>(), 0..300)),
+            proptest::collection::vec(
+                (
+                    proptest::collection::vec(any::<u8>(), 0..10),
+                    proptest::option::of(proptest::collection::vec(any::<u8>(), 0..10)),
+                ),
+                0..3,
+            ),
+            -1_000_000i64..1_000_000,
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn build_validate_read_round_trip(
+            recs in proptest::collection::vec(arb_record(), 1..20),
+            base_offset in 0i64..1 << 40,
+            epoch in 0i32..1000,
+        ) {
+            let base_ts = 1_700_000_000_000;
+            let recs: Vec<Rec> = recs.into_iter().map(|(k, v, h, d)| (k, v, h, base_ts + d)).collect();
+            let batch = build(&recs, base_ts);
+            let mut stamped = batch.to_vec();
+            stamp(&mut stamped, base_offset, epoch);
+            let header = validate(&stamped).unwrap();
+            prop_assert_eq!(header.base_offset, base_offset);
+            prop_assert_eq!(header.partition_leader_epoch, epoch);
+            prop_assert_eq!(header.records_count as usize, recs.len());
+            prop_assert_eq!(header.max_timestamp, recs.iter().map(|r| r.3).max().unwrap().max(base_ts));
+            let read: Vec<Record<'_>> = records(&stamped).unwrap().collect::<Result<_, _>>().unwrap();
+            for (i, (r, want)) in read.iter().zip(&recs).enumerate() {
+                prop_assert_eq!(r.offset, base_offset + i as i64);
+                prop_assert_eq!(r.timestamp, want.3);
+                prop_assert_eq!(r.view.key, want.0.as_deref());
+                prop_assert_eq!(r.view.value, want.1.as_deref());
+                let hs: Vec<(Vec<u8>, Option<Vec<u8>>)> = r.view.headers()
+                    .map(|h| (h.key.to_vec(), h.value.map(<[u8]>::to_vec))).collect();
+                prop_assert_eq!(&hs, &want.2);
+            }
+        }
+
+        #[test]
+        fn validate_never_panics_on_garbage(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+            let _ = validate(&bytes);
+            let _ = verify_crc(&bytes);
+            for b in split(&bytes).flatten() {
+                let _ = records(b.1).map(|r| r.count());
+            }
+        }
+
+        #[test]
+        fn any_flipped_byte_after_the_stamp_is_caught(
+            recs in proptest::collection::vec(arb_record(), 1..5),
+            pos in any::<prop::sample::Index>(),
+            flip in 1u8..=255,
+        ) {
+            let batch = build(&recs.iter().map(|(k, v, h, _)| (k.clone(), v.clone(), h.clone(), 0)).collect::<Vec<_>>(), 0);
+            let mut bytes = batch.to_vec();
+            // Bytes 0..12 and 12..16 are the stamp and length: the length is checked by
+            // size, the rest by the CRC.
+            let at = 8 + pos.index(bytes.len() - 8);
+            if (12..16).contains(&at) { return Ok(()); }
+            bytes[at] ^= flip;
+            prop_assert!(validate(&bytes).is_err());
+        }
+
+        #[test]
+        fn split_yields_each_batch(counts in proptest::collection::vec(1usize..5, 1..6)) {
+            let mut all = Vec::new();
+            let mut lens = Vec::new();
+            for c in &counts {
+                let recs: Vec<Rec> = (0..*c).map(|i| (None, Some(vec![i as u8; 7]), vec![], 0)).collect();
+                let b = build(&recs, 0);
+                lens.push(b.len());
+                all.extend_from_slice(&b);
+            }
+            let got: Vec<usize> = split(&all).map(|r| r.unwrap().1.len()).collect();
+            prop_assert_eq!(got, lens);
+        }
+    }
+
+    #[test]
+    fn torn_batch_is_reported_as_truncated() {
+        let b = build(&[(None, Some(b"hello".to_vec()), vec![], 0)], 0);
+        let cut = &b[..b.len() - 1];
+        assert!(matches!(split(cut).next(), Some(Err(BatchError::Truncated { .. }))));
+        assert!(matches!(validate(cut), Err(BatchError::Truncated { .. })));
+    }
+
+    #[test]
+    fn varint_lengths_match_encoding() {
+        for v in [0i64, 1, -1, 63, 64, -64, -65, 8191, 8192, i64::MAX, i64::MIN, 1 << 40] {
+            let mut out = BytesMut::new();
+            put_varlong(&mut out, v);
+            assert_eq!(out.len(), varlong_len(v), "{v}");
+            let mut s = &out[..];
+            assert_eq!(read_varlong(&mut s).unwrap(), v);
+        }
+    }
+}
