@@ -1,0 +1,244 @@
+//! `CreateTopics`: validation in Kafka's order, replica placement, initial state.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use syncline_proto::{pb, ErrorCode, NO_LEADER};
+
+use super::{Controller, ControllerResult};
+use crate::config::TopicConfig;
+use crate::image::PartitionRegistration;
+use crate::placement::{self, Candidate};
+use crate::records::{self, TopicPartition};
+
+/// Kafka's `MAX_PARTITIONS_PER_BATCH`: one request may not create more partitions, so
+/// that a single request cannot make the controller allocate without bound.
+pub const MAX_PARTITIONS_PER_REQUEST: usize = 10_000;
+
+/// Kafka's limit on topic name length (so that `<topic>-<partition>` directory names
+/// stay within file system limits).
+pub const MAX_TOPIC_NAME_LEN: usize = 249;
+
+/// A topic that passed validation.
+struct NewTopic {
+    num_partitions: i32,
+    replication_factor: i32,
+    config: TopicConfig,
+    overrides: BTreeMap<String, String>,
+}
+
+type Refusal = (ErrorCode, String);
+
+impl Controller {
+    /// `CreateTopics`. Each topic is validated on its own (a duplicate name within the
+    /// request, the name, existence, a `.`/`_` collision, partitions, replication factor
+    /// against the usable brokers, configs) and, unless `validate_only`, placed and
+    /// created with ISR = replicas, leader = first replica, epochs 0. The response
+    /// echoes partitions, RF and the effective configs.
+    pub fn create_topics(
+        &self,
+        req: &pb::CreateTopicsRequest,
+    ) -> ControllerResult<pb::CreateTopicsResponse> {
+        let usable: Vec<Candidate<'_>> = self
+            .image
+            .brokers()
+            .filter(|b| !b.fenced && !self.shutting_down.contains(&b.broker_id))
+            .map(|b| Candidate {
+                id: b.broker_id,
+                rack: b.rack(),
+            })
+            .collect();
+        let mut name_counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for t in &req.topics {
+            *name_counts.entry(t.name.as_str()).or_default() += 1;
+        }
+        let requested_partitions: usize = req
+            .topics
+            .iter()
+            .map(|t| match t.num_partitions {
+                -1 => self.config.num_partitions,
+                n => n.max(0),
+            })
+            .map(|n| usize::try_from(n).unwrap_or(0))
+            .fold(0, usize::saturating_add);
+
+        let mut created: BTreeSet<&str> = BTreeSet::new();
+        let mut cursor = self.image.partition_count();
+        let mut records = Vec::new();
+        let mut results = Vec::with_capacity(req.topics.len());
+        for t in &req.topics {
+            let outcome = if requested_partitions > MAX_PARTITIONS_PER_REQUEST {
+                Err((
+                    ErrorCode::PolicyViolation,
+                    format!(
+                        "the request creates {requested_partitions} partitions; at most \
+                         {MAX_PARTITIONS_PER_REQUEST} are allowed per request"
+                    ),
+                ))
+            } else if name_counts.get(t.name.as_str()).copied().unwrap_or(0) > 1 {
+                Err((
+                    ErrorCode::InvalidRequest,
+                    format!("topic {:?} appears more than once in the request", t.name),
+                ))
+            } else {
+                self.validate_topic(t, &created, usable.len())
+            };
+            let new = match outcome {
+                Ok(new) => new,
+                Err((code, message)) => {
+                    results.push(pb::CreatableTopicResult {
+                        name: t.name.clone(),
+                        error_code: code as i32,
+                        error_message: message,
+                        num_partitions: -1,
+                        replication_factor: -1,
+                        configs: Default::default(),
+                    });
+                    continue;
+                }
+            };
+            if !req.validate_only {
+                let num_partitions = usize::try_from(new.num_partitions).unwrap_or(0);
+                let rf = usize::try_from(new.replication_factor).unwrap_or(0);
+                let assignment = placement::assign_replicas(&usable, num_partitions, rf, cursor);
+                cursor += num_partitions;
+                created.insert(&t.name);
+                records.push(records::topic_record(&t.name, &new.overrides));
+                for (index, replicas) in (0..).zip(assignment) {
+                    let initial = PartitionRegistration {
+                        isr: replicas.clone(),
+                        leader: replicas.first().copied().unwrap_or(NO_LEADER),
+                        replicas,
+                        leader_epoch: 0,
+                        partition_epoch: 0,
+                    };
+                    records.push(records::partition_record(
+                        &TopicPartition::new(&t.name, index),
+                        &initial,
+                    ));
+                }
+                tracing::info!(
+                    topic = %t.name,
+                    partitions = new.num_partitions,
+                    replication_factor = new.replication_factor,
+                    "creating topic"
+                );
+            }
+            results.push(pb::CreatableTopicResult {
+                name: t.name.clone(),
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                num_partitions: new.num_partitions,
+                replication_factor: new.replication_factor,
+                configs: new.config.to_map().into_iter().collect(),
+            });
+        }
+        ControllerResult::new(pb::CreateTopicsResponse { topics: results }, records)
+    }
+
+    fn validate_topic(
+        &self,
+        t: &pb::CreatableTopic,
+        created: &BTreeSet<&str>,
+        usable_brokers: usize,
+    ) -> Result<NewTopic, Refusal> {
+        validate_topic_name(&t.name)?;
+        if self.image.topic(&t.name).is_some() || created.contains(t.name.as_str()) {
+            return Err((
+                ErrorCode::TopicAlreadyExists,
+                format!("topic {:?} already exists", t.name),
+            ));
+        }
+        // `.` and `_` map to the same metric name, so Kafka refuses topics that differ
+        // only there.
+        let collision_key = |name: &str| name.replace('.', "_");
+        if t.name.contains(['.', '_']) {
+            let key = collision_key(&t.name);
+            let existing = self.image.topics().map(|(n, _)| n);
+            if let Some(other) = existing
+                .chain(created.iter().copied())
+                .find(|other| collision_key(other) == key)
+            {
+                return Err((
+                    ErrorCode::InvalidTopicException,
+                    format!(
+                        "topic {:?} collides with existing topic {other:?} ('.' and '_' are \
+                         the same in metric names)",
+                        t.name
+                    ),
+                ));
+            }
+        }
+        let num_partitions = match t.num_partitions {
+            -1 => self.config.num_partitions,
+            n if n > 0 => n,
+            n => {
+                return Err((
+                    ErrorCode::InvalidPartitions,
+                    format!("number of partitions must be >= 1, or -1 for the default; got {n}"),
+                ))
+            }
+        };
+        let replication_factor = match t.replication_factor {
+            -1 => self.config.default_replication_factor,
+            n if n > 0 => n,
+            n => {
+                return Err((
+                    ErrorCode::InvalidReplicationFactor,
+                    format!("replication factor must be >= 1, or -1 for the default; got {n}"),
+                ))
+            }
+        };
+        if usize::try_from(replication_factor).map_or(true, |rf| rf > usable_brokers) {
+            return Err((
+                ErrorCode::InvalidReplicationFactor,
+                format!(
+                    "replication factor {replication_factor} is larger than the number of \
+                     available brokers ({usable_brokers})"
+                ),
+            ));
+        }
+        // Sorted, so that with several bad keys the error names the same one every time.
+        let overrides: BTreeMap<&str, &str> = t
+            .configs
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let (config, overrides) = self
+            .config
+            .topic_defaults
+            .with_overrides(overrides, replication_factor)
+            .map_err(|e| (ErrorCode::InvalidConfig, e.message))?;
+        Ok(NewTopic {
+            num_partitions,
+            replication_factor,
+            config,
+            overrides,
+        })
+    }
+}
+
+/// Kafka's topic name rules: 1..=249 characters of `[a-zA-Z0-9._-]`, not `.` or `..`.
+fn validate_topic_name(name: &str) -> Result<(), Refusal> {
+    let refuse = |why: String| Err((ErrorCode::InvalidTopicException, why));
+    if name.is_empty() {
+        return refuse("topic name is empty".to_owned());
+    }
+    if name == "." || name == ".." {
+        return refuse(format!("topic name cannot be {name:?}"));
+    }
+    if name.len() > MAX_TOPIC_NAME_LEN {
+        return refuse(format!(
+            "topic name is {} characters long; the maximum is {MAX_TOPIC_NAME_LEN}",
+            name.len()
+        ));
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    {
+        return refuse(format!(
+            "topic name {name:?} contains characters other than ASCII alphanumerics, '.', '_' and '-'"
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,161 @@
+//! A change set in progress: the records one operation will propose, and the state
+//! they lead to, over an image that stays untouched until the shell applies them.
+//!
+//! One operation may touch a partition twice (a tick fencing both members of an ISR,
+//! an AlterPartition listing a partition twice); each step must see the previous one,
+//! or the second record would be computed from stale epochs.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use syncline_proto::{pb, NO_LEADER};
+
+use crate::config::UNCLEAN_LEADER_ELECTION_ENABLE;
+use crate::election;
+use crate::image::{MetadataImage, PartitionRegistration};
+use crate::records::{self, TopicPartition};
+
+pub(crate) struct Draft<'a> {
+    image: &'a MetadataImage,
+    shutting_down: &'a BTreeSet<i32>,
+    default_unclean: bool,
+    fenced: BTreeMap<i32, bool>,
+    partitions: BTreeMap<TopicPartition, PartitionRegistration>,
+    records: Vec<pb::MetadataRecord>,
+}
+
+impl<'a> Draft<'a> {
+    pub(crate) fn new(
+        image: &'a MetadataImage,
+        shutting_down: &'a BTreeSet<i32>,
+        default_unclean: bool,
+    ) -> Self {
+        Draft {
+            image,
+            shutting_down,
+            default_unclean,
+            fenced: BTreeMap::new(),
+            partitions: BTreeMap::new(),
+            records: Vec::new(),
+        }
+    }
+
+    pub(crate) fn into_records(self) -> Vec<pb::MetadataRecord> {
+        self.records
+    }
+
+    pub(crate) fn push(&mut self, record: pb::MetadataRecord) {
+        self.records.push(record);
+    }
+
+    /// The offset the next pushed record will get once appended.
+    pub(crate) fn next_offset(&self) -> i64 {
+        self.image.next_offset() + i64::try_from(self.records.len()).unwrap_or(i64::MAX)
+    }
+
+    /// The partition's state after the changes so far.
+    pub(crate) fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionRegistration> {
+        self.partitions
+            .get(&TopicPartition::new(topic, partition))
+            .or_else(|| self.image.partition(topic, partition))
+    }
+
+    /// Unregistered brokers count as fenced.
+    pub(crate) fn is_fenced(&self, broker_id: i32) -> bool {
+        match self.fenced.get(&broker_id) {
+            Some(&f) => f,
+            None => self.image.broker(broker_id).is_none_or(|b| b.fenced),
+        }
+    }
+
+    /// The epoch of the broker's current registration.
+    pub(crate) fn registered_epoch(&self, broker_id: i32) -> Option<i64> {
+        self.image.broker(broker_id).map(|b| b.epoch)
+    }
+
+    /// May lead and be elected: unfenced and not in controlled shutdown.
+    pub(crate) fn is_usable(&self, broker_id: i32) -> bool {
+        !self.is_fenced(broker_id) && !self.shutting_down.contains(&broker_id)
+    }
+
+    fn unclean_allowed(&self, topic: &str) -> bool {
+        self.image
+            .topic(topic)
+            .and_then(|t| t.configs.get(UNCLEAN_LEADER_ELECTION_ENABLE))
+            .map_or(self.default_unclean, |v| v == "true")
+    }
+
+    /// Records `next` as the partition's new state.
+    pub(crate) fn set_partition(&mut self, tp: TopicPartition, next: PartitionRegistration) {
+        self.records.push(records::partition_record(&tp, &next));
+        self.partitions.insert(tp, next);
+    }
+
+    /// The partitions (in the state so far) that satisfy `pred`.
+    fn partitions_where(
+        &self,
+        pred: impl Fn(&PartitionRegistration) -> bool,
+    ) -> Vec<TopicPartition> {
+        self.image
+            .partitions()
+            .map(|(tp, _)| tp)
+            .filter(|tp| self.partition(&tp.topic, tp.partition).is_some_and(&pred))
+            .collect()
+    }
+
+    /// Re-runs the election of `tp` with its ISR narrowed to `target_isr`, treating
+    /// `excluded` as unusable.
+    fn change(
+        &mut self,
+        tp: TopicPartition,
+        target_isr: impl Fn(&[i32]) -> Vec<i32>,
+        excluded: i32,
+    ) {
+        let Some(current) = self.partition(&tp.topic, tp.partition) else {
+            return;
+        };
+        let next = election::next_state(
+            current,
+            target_isr(&current.isr),
+            |r| r != excluded && self.is_usable(r),
+            self.unclean_allowed(&tp.topic),
+        );
+        if let Some(next) = next {
+            self.set_partition(tp, next);
+        }
+    }
+
+    /// Takes `broker_id` out of every ISR (except where it is the last member) and moves
+    /// its leaderships: what fencing and controlled shutdown share.
+    pub(crate) fn remove_from_isrs(&mut self, broker_id: i32) {
+        for tp in self.partitions_where(|p| p.isr.contains(&broker_id)) {
+            self.change(
+                tp,
+                |isr| isr.iter().copied().filter(|&r| r != broker_id).collect(),
+                broker_id,
+            );
+        }
+    }
+
+    /// Fences a broker: its ISR memberships and leaderships go first, then the record.
+    pub(crate) fn fence(&mut self, broker_id: i32, broker_epoch: i64) {
+        self.remove_from_isrs(broker_id);
+        self.fenced.insert(broker_id, true);
+        self.records
+            .push(records::fence_broker_record(broker_id, broker_epoch));
+    }
+
+    /// Unfences a broker, then lets offline partitions it hosts elect again.
+    pub(crate) fn unfence(&mut self, broker_id: i32, broker_epoch: i64) {
+        self.fenced.insert(broker_id, false);
+        self.records
+            .push(records::unfence_broker_record(broker_id, broker_epoch));
+        self.elect_offline(|p| p.replicas.contains(&broker_id));
+    }
+
+    /// Elects a leader for every offline partition matching `pred` that can have one now.
+    pub(crate) fn elect_offline(&mut self, pred: impl Fn(&PartitionRegistration) -> bool) {
+        for tp in self.partitions_where(|p| p.leader == NO_LEADER && pred(p)) {
+            self.change(tp, <[i32]>::to_vec, NO_LEADER);
+        }
+    }
+}

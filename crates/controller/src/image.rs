@@ -1,0 +1,568 @@
+//! The metadata image: the cluster state that replaying the metadata log produces.
+//!
+//! [`MetadataImage::apply`] is the only way it changes, so a controller that restarts
+//! and replays its log (or a standby that follows it) ends up with exactly the image
+//! the previous controller had. Each record is checked before it is applied; a record
+//! that would break an invariant is refused and leaves the image untouched, so
+//! [`MetadataImage::check_invariants`] (asserted after every apply in debug builds)
+//! holds whatever the log contains.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+use syncline_proto::pb::{self, metadata_record::Record};
+use syncline_proto::NO_LEADER;
+
+use crate::records::TopicPartition;
+
+/// A registered broker as the metadata log describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerRegistration {
+    /// The broker's node id.
+    pub broker_id: i32,
+    /// The metadata offset of its `RegisterBrokerRecord` (KRaft's broker epoch).
+    pub epoch: i64,
+    /// Random per broker process start.
+    pub incarnation_id: Bytes,
+    /// Where clients and other brokers reach it (`node_id` = `broker_id`).
+    pub endpoint: pb::BrokerEndpoint,
+    /// host:port of its Prometheus endpoint, empty when disabled.
+    pub metrics_address: String,
+    /// Fenced brokers lead nothing and may not join an ISR.
+    pub fenced: bool,
+}
+
+impl BrokerRegistration {
+    /// The broker's rack, `None` when it has none.
+    pub fn rack(&self) -> Option<&str> {
+        Some(self.endpoint.rack.as_str()).filter(|r| !r.is_empty())
+    }
+
+    /// The broker as `DescribeCluster` and `LeaderAndIsr` describe it.
+    pub fn to_info(&self) -> pb::BrokerInfo {
+        pb::BrokerInfo {
+            endpoint: Some(self.endpoint.clone()),
+            broker_epoch: self.epoch,
+            fenced: self.fenced,
+            metrics_address: self.metrics_address.clone(),
+        }
+    }
+}
+
+/// The committed state of one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionRegistration {
+    /// The assignment, in preference order (the first replica is the preferred leader).
+    pub replicas: Vec<i32>,
+    /// The in-sync replicas, kept in assignment order. Never empty.
+    pub isr: Vec<i32>,
+    /// [`NO_LEADER`] while the partition is offline.
+    pub leader: i32,
+    /// Bumped by every leader change.
+    pub leader_epoch: i32,
+    /// Bumped by every change.
+    pub partition_epoch: i32,
+}
+
+impl PartitionRegistration {
+    /// Whether the partition has a leader.
+    pub fn is_online(&self) -> bool {
+        self.leader != NO_LEADER
+    }
+
+    /// The partition as `LeaderAndIsr` announces it.
+    pub fn to_state(&self, topic: &str, partition: i32) -> pb::PartitionState {
+        pb::PartitionState {
+            topic: topic.to_owned(),
+            partition,
+            leader: self.leader,
+            leader_epoch: self.leader_epoch,
+            isr: self.isr.clone(),
+            partition_epoch: self.partition_epoch,
+            replicas: self.replicas.clone(),
+        }
+    }
+
+    /// Why this state is not a valid partition state, if it is not: leader ∈ ISR ⊆
+    /// replicas (unless offline), ISR non-empty, no duplicates, epochs non-negative.
+    fn shape_error(&self) -> Option<&'static str> {
+        if self.replicas.is_empty() {
+            return Some("no replicas");
+        }
+        if has_duplicates(&self.replicas) {
+            return Some("duplicate replicas");
+        }
+        if self.isr.is_empty() {
+            return Some("empty ISR");
+        }
+        if has_duplicates(&self.isr) {
+            return Some("duplicate ISR members");
+        }
+        if !self.isr.iter().all(|r| self.replicas.contains(r)) {
+            return Some("ISR is not a subset of the replicas");
+        }
+        if self.leader != NO_LEADER && !self.isr.contains(&self.leader) {
+            return Some("leader is not in the ISR");
+        }
+        if self.leader_epoch < 0 || self.partition_epoch < 0 {
+            return Some("negative epoch");
+        }
+        None
+    }
+}
+
+fn has_duplicates(ids: &[i32]) -> bool {
+    ids.iter().collect::<BTreeSet<_>>().len() != ids.len()
+}
+
+/// A topic: its config overrides and its partitions (index = partition id).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TopicImage {
+    /// Explicit overrides only (canonical values); defaults come from configuration.
+    pub configs: BTreeMap<String, String>,
+    /// Partition `i` is at index `i`.
+    pub partitions: Vec<PartitionRegistration>,
+}
+
+/// A record the image refused. The shell appended it (or read it from the log), so
+/// this is a bug or a damaged log: the controller must stop rather than diverge.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApplyError {
+    /// Records must be applied at consecutive offsets.
+    #[error("record at offset {got}, but the next offset is {expected}")]
+    OffsetOutOfOrder {
+        /// The offset the image expected.
+        expected: i64,
+        /// The offset it was given.
+        got: i64,
+    },
+    /// A `MetadataRecord` with no record set.
+    #[error("empty metadata record at offset {0}")]
+    EmptyRecord(i64),
+    /// Controller epochs only move forward.
+    #[error("controller epoch {got} is not above the current {current}")]
+    StaleControllerEpoch {
+        /// The image's epoch.
+        current: i32,
+        /// The record's epoch.
+        got: i32,
+    },
+    /// A `RegisterBrokerRecord` whose broker epoch is not its own offset, or with no
+    /// endpoint.
+    #[error("invalid registration of broker {broker_id}: {reason}")]
+    InvalidRegistration {
+        /// The broker.
+        broker_id: i32,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// A fence/unfence record for a broker that is not registered with that epoch.
+    #[error("broker {broker_id} with epoch {epoch} is not registered")]
+    UnknownBroker {
+        /// The broker.
+        broker_id: i32,
+        /// The epoch in the record.
+        epoch: i64,
+    },
+    /// A `FenceBrokerRecord` for a broker that still leads partitions (their records
+    /// must come first).
+    #[error("broker {0} cannot be fenced while it leads partitions")]
+    FencingLeader(i32),
+    /// A `TopicRecord` for a topic that exists.
+    #[error("topic {0} already exists")]
+    TopicExists(String),
+    /// A `PartitionRecord` that cannot be applied.
+    #[error("invalid record for partition {partition}: {reason}")]
+    InvalidPartition {
+        /// The partition.
+        partition: TopicPartition,
+        /// What is wrong.
+        reason: &'static str,
+    },
+}
+
+/// Why [`MetadataImage::check_invariants`] failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("metadata invariant violated: {0}")]
+pub struct InvariantViolation(pub String);
+
+/// Everything the metadata log says about the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetadataImage {
+    controller_id: i32,
+    controller_epoch: i32,
+    brokers: BTreeMap<i32, BrokerRegistration>,
+    topics: BTreeMap<String, TopicImage>,
+    last_applied_offset: i64,
+    unclean_elections_total: u64,
+}
+
+impl Default for MetadataImage {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MetadataImage {
+    /// The image of an empty log.
+    pub fn new() -> Self {
+        MetadataImage {
+            controller_id: -1,
+            controller_epoch: 0,
+            brokers: BTreeMap::new(),
+            topics: BTreeMap::new(),
+            last_applied_offset: -1,
+            unclean_elections_total: 0,
+        }
+    }
+
+    /// Applies the record at `offset`, which must be [`next_offset`](Self::next_offset).
+    /// On error nothing changes.
+    pub fn apply(&mut self, offset: i64, record: &pb::MetadataRecord) -> Result<(), ApplyError> {
+        let expected = self.next_offset();
+        if offset != expected {
+            return Err(ApplyError::OffsetOutOfOrder {
+                expected,
+                got: offset,
+            });
+        }
+        match record
+            .record
+            .as_ref()
+            .ok_or(ApplyError::EmptyRecord(offset))?
+        {
+            Record::ControllerStart(r) => self.apply_controller_start(r)?,
+            Record::RegisterBroker(r) => self.apply_register_broker(offset, r)?,
+            Record::FenceBroker(r) => self.set_fenced(r.broker_id, r.broker_epoch, true)?,
+            Record::UnfenceBroker(r) => self.set_fenced(r.broker_id, r.broker_epoch, false)?,
+            Record::Topic(r) => self.apply_topic(r)?,
+            Record::Partition(r) => self.apply_partition(r)?,
+        }
+        self.last_applied_offset = offset;
+        debug_assert_eq!(self.check_invariants(), Ok(()));
+        Ok(())
+    }
+
+    fn apply_controller_start(&mut self, r: &pb::ControllerStartRecord) -> Result<(), ApplyError> {
+        if r.controller_epoch <= self.controller_epoch {
+            return Err(ApplyError::StaleControllerEpoch {
+                current: self.controller_epoch,
+                got: r.controller_epoch,
+            });
+        }
+        self.controller_id = r.controller_id;
+        self.controller_epoch = r.controller_epoch;
+        Ok(())
+    }
+
+    fn apply_register_broker(
+        &mut self,
+        offset: i64,
+        r: &pb::RegisterBrokerRecord,
+    ) -> Result<(), ApplyError> {
+        let invalid = |reason| ApplyError::InvalidRegistration {
+            broker_id: r.broker_id,
+            reason,
+        };
+        if r.broker_epoch != offset {
+            return Err(invalid("broker epoch is not the record's offset"));
+        }
+        if r.broker_id < 0 {
+            return Err(invalid("negative broker id"));
+        }
+        let Some(endpoint) = r.endpoint.clone() else {
+            return Err(invalid("no endpoint"));
+        };
+        // The previous incarnation's leaderships must have moved first: the new one
+        // starts fenced, and fenced brokers lead nothing.
+        if self.leads_any(r.broker_id) {
+            return Err(invalid("the previous incarnation still leads partitions"));
+        }
+        // A new incarnation replaces the old registration; it starts fenced and is
+        // unfenced once it has caught up with the metadata log.
+        self.brokers.insert(
+            r.broker_id,
+            BrokerRegistration {
+                broker_id: r.broker_id,
+                epoch: r.broker_epoch,
+                incarnation_id: r.incarnation_id.clone(),
+                endpoint: pb::BrokerEndpoint {
+                    node_id: r.broker_id,
+                    ..endpoint
+                },
+                metrics_address: r.metrics_address.clone(),
+                fenced: true,
+            },
+        );
+        Ok(())
+    }
+
+    fn set_fenced(&mut self, broker_id: i32, epoch: i64, fenced: bool) -> Result<(), ApplyError> {
+        if fenced && self.leads_any(broker_id) {
+            return Err(ApplyError::FencingLeader(broker_id));
+        }
+        match self.brokers.get_mut(&broker_id) {
+            Some(b) if b.epoch == epoch => {
+                b.fenced = fenced;
+                Ok(())
+            }
+            _ => Err(ApplyError::UnknownBroker { broker_id, epoch }),
+        }
+    }
+
+    fn apply_topic(&mut self, r: &pb::TopicRecord) -> Result<(), ApplyError> {
+        if self.topics.contains_key(&r.name) {
+            return Err(ApplyError::TopicExists(r.name.clone()));
+        }
+        let configs = r
+            .configs
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        self.topics.insert(
+            r.name.clone(),
+            TopicImage {
+                configs,
+                partitions: Vec::new(),
+            },
+        );
+        Ok(())
+    }
+
+    fn apply_partition(&mut self, r: &pb::PartitionRecord) -> Result<(), ApplyError> {
+        let invalid = |reason| ApplyError::InvalidPartition {
+            partition: TopicPartition::new(&r.topic, r.partition),
+            reason,
+        };
+        let next = PartitionRegistration {
+            replicas: r.replicas.clone(),
+            isr: r.isr.clone(),
+            leader: r.leader,
+            leader_epoch: r.leader_epoch,
+            partition_epoch: r.partition_epoch,
+        };
+        if let Some(reason) = next.shape_error() {
+            return Err(invalid(reason));
+        }
+        if !next.replicas.iter().all(|r| self.brokers.contains_key(r)) {
+            return Err(invalid("replica on an unregistered broker"));
+        }
+        if next.is_online() && self.broker(next.leader).is_none_or(|b| b.fenced) {
+            return Err(invalid("leader is a fenced broker"));
+        }
+        let topic = self
+            .topics
+            .get_mut(&r.topic)
+            .ok_or_else(|| invalid("unknown topic"))?;
+        let index = usize::try_from(r.partition).map_err(|_| invalid("negative partition"))?;
+        let Some(current) = topic.partitions.get_mut(index) else {
+            if index != topic.partitions.len() {
+                return Err(invalid("partitions must be created in order"));
+            }
+            topic.partitions.push(next);
+            return Ok(());
+        };
+        // Reassignment does not exist: a partition keeps the replicas it was created with.
+        if next.replicas != current.replicas {
+            return Err(invalid("replicas changed"));
+        }
+        if next.partition_epoch <= current.partition_epoch {
+            return Err(invalid("partition epoch did not increase"));
+        }
+        if next.leader_epoch < current.leader_epoch {
+            return Err(invalid("leader epoch went backwards"));
+        }
+        // Two leaders must never share a leader epoch: followers and clients fence
+        // on it (KIP-320), and the epoch cache would attribute one's records to the other.
+        if next.leader != current.leader && next.leader_epoch == current.leader_epoch {
+            return Err(invalid("leader changed without a new leader epoch"));
+        }
+        if next.leader != NO_LEADER && !current.isr.contains(&next.leader) {
+            self.unclean_elections_total += 1;
+        }
+        *current = next;
+        Ok(())
+    }
+
+    /// Checks the whole image: every partition has leader ∈ ISR ⊆ replicas (or no
+    /// leader), a non-empty ISR without duplicates, replicas on registered brokers and a
+    /// leader that is an unfenced broker. `apply` asserts it in debug builds.
+    pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
+        let violation = |tp: TopicPartition, what: &str| {
+            Err(InvariantViolation(format!("partition {tp}: {what}")))
+        };
+        for (name, topic) in &self.topics {
+            for (index, p) in (0..).zip(&topic.partitions) {
+                let tp = || TopicPartition::new(name, index);
+                if let Some(reason) = p.shape_error() {
+                    return violation(tp(), reason);
+                }
+                if !p.replicas.iter().all(|r| self.brokers.contains_key(r)) {
+                    return violation(tp(), "replica on an unregistered broker");
+                }
+                if p.leader != NO_LEADER && self.broker(p.leader).is_none_or(|b| b.fenced) {
+                    return violation(tp(), "led by a fenced broker");
+                }
+            }
+        }
+        for b in self.brokers.values() {
+            if b.epoch > self.last_applied_offset {
+                return Err(InvariantViolation(format!(
+                    "broker {} has epoch {} beyond the last applied offset {}",
+                    b.broker_id, b.epoch, self.last_applied_offset
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The offset the next record will have (0 for an empty log).
+    pub fn next_offset(&self) -> i64 {
+        self.last_applied_offset + 1
+    }
+
+    /// The offset of the last applied record, -1 when none.
+    pub fn last_applied_offset(&self) -> i64 {
+        self.last_applied_offset
+    }
+
+    /// The epoch of the controller in office, 0 before the first one.
+    pub fn controller_epoch(&self) -> i32 {
+        self.controller_epoch
+    }
+
+    /// The node id of the controller in office, -1 before the first one.
+    pub fn controller_id(&self) -> i32 {
+        self.controller_id
+    }
+
+    /// A registered broker.
+    pub fn broker(&self, broker_id: i32) -> Option<&BrokerRegistration> {
+        self.brokers.get(&broker_id)
+    }
+
+    /// Every registered broker, by id.
+    pub fn brokers(&self) -> impl Iterator<Item = &BrokerRegistration> {
+        self.brokers.values()
+    }
+
+    /// Ids of the unfenced brokers.
+    pub fn live_brokers(&self) -> Vec<i32> {
+        self.brokers
+            .values()
+            .filter(|b| !b.fenced)
+            .map(|b| b.broker_id)
+            .collect()
+    }
+
+    /// A topic.
+    pub fn topic(&self, name: &str) -> Option<&TopicImage> {
+        self.topics.get(name)
+    }
+
+    /// Every topic, by name.
+    pub fn topics(&self) -> impl Iterator<Item = (&str, &TopicImage)> {
+        self.topics.iter().map(|(n, t)| (n.as_str(), t))
+    }
+
+    /// A partition's committed state.
+    pub fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionRegistration> {
+        let index = usize::try_from(partition).ok()?;
+        self.topics.get(topic)?.partitions.get(index)
+    }
+
+    /// Every partition, by topic then index.
+    pub fn partitions(&self) -> impl Iterator<Item = (TopicPartition, &PartitionRegistration)> {
+        self.topics.iter().flat_map(|(name, t)| {
+            (0..)
+                .zip(&t.partitions)
+                .map(move |(i, p)| (TopicPartition::new(name, i), p))
+        })
+    }
+
+    /// The number of partitions in the cluster.
+    pub fn partition_count(&self) -> usize {
+        self.topics.values().map(|t| t.partitions.len()).sum()
+    }
+
+    /// The partitions that have a replica on `broker_id`.
+    pub fn partitions_hosted_by(&self, broker_id: i32) -> Vec<TopicPartition> {
+        self.partitions()
+            .filter(|(_, p)| p.replicas.contains(&broker_id))
+            .map(|(tp, _)| tp)
+            .collect()
+    }
+
+    /// Whether `broker_id` leads any partition.
+    pub fn leads_any(&self, broker_id: i32) -> bool {
+        self.partitions().any(|(_, p)| p.leader == broker_id)
+    }
+
+    /// Partitions without a leader (the controller's OfflinePartitionsCount).
+    pub fn offline_partitions_count(&self) -> usize {
+        self.partitions().filter(|(_, p)| !p.is_online()).count()
+    }
+
+    /// Registered brokers that are fenced.
+    pub fn fenced_brokers_count(&self) -> usize {
+        self.brokers.values().filter(|b| b.fenced).count()
+    }
+
+    /// Elections of a leader from outside the ISR, over the whole log's history.
+    pub fn unclean_elections_total(&self) -> u64 {
+        self.unclean_elections_total
+    }
+
+    /// A partition as `LeaderAndIsr` announces it.
+    pub fn partition_state(&self, tp: &TopicPartition) -> Option<pb::PartitionState> {
+        self.partition(&tp.topic, tp.partition)
+            .map(|p| p.to_state(&tp.topic, tp.partition))
+    }
+
+    /// Every partition as `LeaderAndIsr` announces it.
+    pub fn partition_states(&self) -> Vec<pb::PartitionState> {
+        self.partitions()
+            .map(|(tp, p)| p.to_state(&tp.topic, tp.partition))
+            .collect()
+    }
+
+    /// The states of `partitions`, grouped by each broker that hosts a replica: who must
+    /// hear about a change, and what. Unknown partitions are skipped.
+    pub fn partition_states_by_broker(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> BTreeMap<i32, Vec<pb::PartitionState>> {
+        let mut by_broker: BTreeMap<i32, Vec<pb::PartitionState>> = BTreeMap::new();
+        for tp in partitions {
+            let Some(p) = self.partition(&tp.topic, tp.partition) else {
+                continue;
+            };
+            for &replica in &p.replicas {
+                by_broker
+                    .entry(replica)
+                    .or_default()
+                    .push(p.to_state(&tp.topic, tp.partition));
+            }
+        }
+        by_broker
+    }
+
+    /// Every topic with its config overrides.
+    pub fn topic_states(&self) -> Vec<pb::TopicState> {
+        self.topics
+            .iter()
+            .map(|(name, t)| pb::TopicState {
+                name: name.clone(),
+                configs: t.configs.clone().into_iter().collect(),
+            })
+            .collect()
+    }
+
+    /// Every registered broker.
+    pub fn broker_infos(&self) -> Vec<pb::BrokerInfo> {
+        self.brokers
+            .values()
+            .map(BrokerRegistration::to_info)
+            .collect()
+    }
+}

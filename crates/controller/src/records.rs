@@ -1,0 +1,119 @@
+//! Building metadata records, and reading back what a list of records changed.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use syncline_proto::pb::{self, metadata_record::Record};
+
+use crate::image::PartitionRegistration;
+
+/// A topic partition by name and index.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TopicPartition {
+    /// The topic name.
+    pub topic: String,
+    /// The partition index.
+    pub partition: i32,
+}
+
+impl TopicPartition {
+    /// `topic`-`partition`.
+    pub fn new(topic: &str, partition: i32) -> Self {
+        TopicPartition {
+            topic: topic.to_owned(),
+            partition,
+        }
+    }
+}
+
+impl fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.topic, self.partition)
+    }
+}
+
+/// The partitions a list of records changes (created or altered), sorted and
+/// deduplicated: after applying them, send their new state to their replicas (see
+/// [`MetadataImage::partition_states_by_broker`](crate::MetadataImage::partition_states_by_broker)).
+pub fn changed_partitions(records: &[pb::MetadataRecord]) -> Vec<TopicPartition> {
+    let set: BTreeSet<TopicPartition> = records
+        .iter()
+        .filter_map(|r| match &r.record {
+            Some(Record::Partition(p)) => Some(TopicPartition::new(&p.topic, p.partition)),
+            _ => None,
+        })
+        .collect();
+    set.into_iter().collect()
+}
+
+/// The brokers a list of records registers, fences or unfences, sorted and
+/// deduplicated: the cluster's broker list changed for them.
+pub fn changed_brokers(records: &[pb::MetadataRecord]) -> Vec<i32> {
+    let set: BTreeSet<i32> = records
+        .iter()
+        .filter_map(|r| match &r.record {
+            Some(Record::RegisterBroker(b)) => Some(b.broker_id),
+            Some(Record::FenceBroker(b)) => Some(b.broker_id),
+            Some(Record::UnfenceBroker(b)) => Some(b.broker_id),
+            _ => None,
+        })
+        .collect();
+    set.into_iter().collect()
+}
+
+fn record(r: Record) -> pb::MetadataRecord {
+    pb::MetadataRecord { record: Some(r) }
+}
+
+pub(crate) fn partition_record(
+    tp: &TopicPartition,
+    p: &PartitionRegistration,
+) -> pb::MetadataRecord {
+    record(Record::Partition(pb::PartitionRecord {
+        topic: tp.topic.clone(),
+        partition: tp.partition,
+        replicas: p.replicas.clone(),
+        isr: p.isr.clone(),
+        leader: p.leader,
+        leader_epoch: p.leader_epoch,
+        partition_epoch: p.partition_epoch,
+    }))
+}
+
+pub(crate) fn topic_record(
+    name: &str,
+    configs: &std::collections::BTreeMap<String, String>,
+) -> pb::MetadataRecord {
+    record(Record::Topic(pb::TopicRecord {
+        name: name.to_owned(),
+        configs: configs.clone().into_iter().collect(),
+    }))
+}
+
+pub(crate) fn register_broker_record(r: pb::RegisterBrokerRecord) -> pb::MetadataRecord {
+    record(Record::RegisterBroker(r))
+}
+
+pub(crate) fn fence_broker_record(broker_id: i32, broker_epoch: i64) -> pb::MetadataRecord {
+    record(Record::FenceBroker(pb::FenceBrokerRecord {
+        broker_id,
+        broker_epoch,
+    }))
+}
+
+pub(crate) fn unfence_broker_record(broker_id: i32, broker_epoch: i64) -> pb::MetadataRecord {
+    record(Record::UnfenceBroker(pb::UnfenceBrokerRecord {
+        broker_id,
+        broker_epoch,
+    }))
+}
+
+pub(crate) fn controller_start_record(
+    controller_id: i32,
+    controller_epoch: i32,
+) -> pb::MetadataRecord {
+    record(Record::ControllerStart(pb::ControllerStartRecord {
+        controller_id,
+        controller_epoch,
+    }))
+}

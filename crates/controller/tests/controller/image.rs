@@ -1,0 +1,302 @@
+//! MetadataImage::apply refuses every record that would break the image.
+
+use syncline_controller::{ApplyError, MetadataImage, TopicPartition};
+use syncline_proto::pb::{self, metadata_record::Record};
+
+fn rec(r: Record) -> pb::MetadataRecord {
+    pb::MetadataRecord { record: Some(r) }
+}
+
+fn register(broker_id: i32, broker_epoch: i64) -> Record {
+    Record::RegisterBroker(pb::RegisterBrokerRecord {
+        broker_id,
+        broker_epoch,
+        incarnation_id: vec![1; 16].into(),
+        endpoint: Some(pb::BrokerEndpoint {
+            node_id: broker_id,
+            host: "h".into(),
+            port: 1,
+            rack: String::new(),
+        }),
+        metrics_address: String::new(),
+    })
+}
+
+fn partition(
+    topic: &str,
+    p: i32,
+    replicas: &[i32],
+    isr: &[i32],
+    leader: i32,
+    le: i32,
+    pe: i32,
+) -> Record {
+    Record::Partition(pb::PartitionRecord {
+        topic: topic.into(),
+        partition: p,
+        replicas: replicas.to_vec(),
+        isr: isr.to_vec(),
+        leader,
+        leader_epoch: le,
+        partition_epoch: pe,
+    })
+}
+
+/// Controller epoch 1; brokers 1-4 registered at offsets 1-4, 1-3 unfenced (offsets
+/// 5-7); topic t (8) with t-0 = [1, 2, 3], ISR [1, 2, 3], leader 1, epochs 2/5 (9).
+fn base() -> MetadataImage {
+    let records = [
+        Record::ControllerStart(pb::ControllerStartRecord {
+            controller_id: 0,
+            controller_epoch: 1,
+        }),
+        register(1, 1),
+        register(2, 2),
+        register(3, 3),
+        register(4, 4),
+        Record::UnfenceBroker(pb::UnfenceBrokerRecord {
+            broker_id: 1,
+            broker_epoch: 1,
+        }),
+        Record::UnfenceBroker(pb::UnfenceBrokerRecord {
+            broker_id: 2,
+            broker_epoch: 2,
+        }),
+        Record::UnfenceBroker(pb::UnfenceBrokerRecord {
+            broker_id: 3,
+            broker_epoch: 3,
+        }),
+        Record::Topic(pb::TopicRecord {
+            name: "t".into(),
+            configs: Default::default(),
+        }),
+        partition("t", 0, &[1, 2, 3], &[1, 2, 3], 1, 2, 5),
+    ];
+    let mut image = MetadataImage::new();
+    for (offset, r) in (0..).zip(records) {
+        image.apply(offset, &rec(r)).unwrap();
+    }
+    assert_eq!(image.next_offset(), 10);
+    image
+}
+
+fn bad_partition(p: i32, reason: &'static str) -> ApplyError {
+    ApplyError::InvalidPartition {
+        partition: TopicPartition::new("t", p),
+        reason,
+    }
+}
+
+#[test]
+fn apply_refuses_records_that_would_break_the_image() {
+    let registration = |id, reason| ApplyError::InvalidRegistration {
+        broker_id: id,
+        reason,
+    };
+    let no_endpoint = match register(5, 10) {
+        Record::RegisterBroker(r) => Record::RegisterBroker(pb::RegisterBrokerRecord {
+            endpoint: None,
+            ..r
+        }),
+        _ => unreachable!(),
+    };
+    let cases: Vec<(&str, Option<Record>, ApplyError)> = vec![
+        ("empty", None, ApplyError::EmptyRecord(10)),
+        (
+            "same controller epoch",
+            Some(Record::ControllerStart(pb::ControllerStartRecord {
+                controller_id: 1,
+                controller_epoch: 1,
+            })),
+            ApplyError::StaleControllerEpoch { current: 1, got: 1 },
+        ),
+        (
+            "epoch is not the offset",
+            Some(register(5, 9)),
+            registration(5, "broker epoch is not the record's offset"),
+        ),
+        (
+            "negative id",
+            Some(register(-1, 10)),
+            registration(-1, "negative broker id"),
+        ),
+        (
+            "no endpoint",
+            Some(no_endpoint),
+            registration(5, "no endpoint"),
+        ),
+        (
+            "re-registering a leader",
+            Some(register(1, 10)),
+            registration(1, "the previous incarnation still leads partitions"),
+        ),
+        (
+            "fencing a leader",
+            Some(Record::FenceBroker(pb::FenceBrokerRecord {
+                broker_id: 1,
+                broker_epoch: 1,
+            })),
+            ApplyError::FencingLeader(1),
+        ),
+        (
+            "fencing an unknown broker",
+            Some(Record::FenceBroker(pb::FenceBrokerRecord {
+                broker_id: 9,
+                broker_epoch: 1,
+            })),
+            ApplyError::UnknownBroker {
+                broker_id: 9,
+                epoch: 1,
+            },
+        ),
+        (
+            "unfencing with another epoch",
+            Some(Record::UnfenceBroker(pb::UnfenceBrokerRecord {
+                broker_id: 4,
+                broker_epoch: 3,
+            })),
+            ApplyError::UnknownBroker {
+                broker_id: 4,
+                epoch: 3,
+            },
+        ),
+        (
+            "topic exists",
+            Some(Record::Topic(pb::TopicRecord {
+                name: "t".into(),
+                configs: Default::default(),
+            })),
+            ApplyError::TopicExists("t".into()),
+        ),
+        (
+            "unknown topic",
+            Some(partition("u", 0, &[1], &[1], 1, 0, 0)),
+            ApplyError::InvalidPartition {
+                partition: TopicPartition::new("u", 0),
+                reason: "unknown topic",
+            },
+        ),
+        (
+            "partition gap",
+            Some(partition("t", 2, &[1], &[1], 1, 0, 0)),
+            bad_partition(2, "partitions must be created in order"),
+        ),
+        (
+            "negative partition",
+            Some(partition("t", -1, &[1], &[1], 1, 0, 0)),
+            bad_partition(-1, "negative partition"),
+        ),
+        (
+            "no replicas",
+            Some(partition("t", 1, &[], &[1], 1, 0, 0)),
+            bad_partition(1, "no replicas"),
+        ),
+        (
+            "duplicate replicas",
+            Some(partition("t", 1, &[1, 1], &[1], 1, 0, 0)),
+            bad_partition(1, "duplicate replicas"),
+        ),
+        (
+            "empty ISR",
+            Some(partition("t", 1, &[1, 2], &[], -1, 0, 0)),
+            bad_partition(1, "empty ISR"),
+        ),
+        (
+            "duplicate ISR",
+            Some(partition("t", 1, &[1, 2], &[1, 1], 1, 0, 0)),
+            bad_partition(1, "duplicate ISR members"),
+        ),
+        (
+            "ISR outside replicas",
+            Some(partition("t", 1, &[1, 2], &[1, 3], 1, 0, 0)),
+            bad_partition(1, "ISR is not a subset of the replicas"),
+        ),
+        (
+            "leader outside ISR",
+            Some(partition("t", 1, &[1, 2], &[2], 1, 0, 0)),
+            bad_partition(1, "leader is not in the ISR"),
+        ),
+        (
+            "negative epoch",
+            Some(partition("t", 1, &[1, 2], &[1], 1, -1, 0)),
+            bad_partition(1, "negative epoch"),
+        ),
+        (
+            "unregistered replica",
+            Some(partition("t", 1, &[1, 9], &[1], 1, 0, 0)),
+            bad_partition(1, "replica on an unregistered broker"),
+        ),
+        (
+            "fenced leader",
+            Some(partition("t", 1, &[4, 1], &[4, 1], 4, 0, 0)),
+            bad_partition(1, "leader is a fenced broker"),
+        ),
+        (
+            "replicas changed",
+            Some(partition("t", 0, &[1, 2], &[1, 2], 1, 2, 6)),
+            bad_partition(0, "replicas changed"),
+        ),
+        (
+            "partition epoch kept",
+            Some(partition("t", 0, &[1, 2, 3], &[1, 2], 1, 2, 5)),
+            bad_partition(0, "partition epoch did not increase"),
+        ),
+        (
+            "leader epoch backwards",
+            Some(partition("t", 0, &[1, 2, 3], &[1, 2, 3], 1, 1, 6)),
+            bad_partition(0, "leader epoch went backwards"),
+        ),
+        (
+            "new leader, same epoch",
+            Some(partition("t", 0, &[1, 2, 3], &[1, 2, 3], 2, 2, 6)),
+            bad_partition(0, "leader changed without a new leader epoch"),
+        ),
+    ];
+    let image = base();
+    for (what, record, expected) in cases {
+        let mut candidate = image.clone();
+        let r = pb::MetadataRecord { record };
+        assert_eq!(candidate.apply(10, &r), Err(expected), "{what}");
+        assert_eq!(candidate, image, "{what}: a refused record changes nothing");
+    }
+}
+
+#[test]
+fn records_apply_only_at_the_next_offset() {
+    let mut image = base();
+    let r = rec(register(5, 11));
+    assert_eq!(
+        image.apply(11, &r),
+        Err(ApplyError::OffsetOutOfOrder {
+            expected: 10,
+            got: 11
+        })
+    );
+    assert_eq!(
+        image.apply(9, &r),
+        Err(ApplyError::OffsetOutOfOrder {
+            expected: 10,
+            got: 9
+        })
+    );
+}
+
+#[test]
+fn a_leader_from_outside_the_isr_counts_as_an_unclean_election() {
+    let mut image = base();
+    image
+        .apply(10, &rec(partition("t", 0, &[1, 2, 3], &[1], 1, 2, 6)))
+        .unwrap();
+    assert_eq!(image.unclean_elections_total(), 0);
+    image
+        .apply(11, &rec(partition("t", 0, &[1, 2, 3], &[2], 2, 3, 7)))
+        .unwrap();
+    assert_eq!(image.unclean_elections_total(), 1);
+    image
+        .apply(12, &rec(partition("t", 0, &[1, 2, 3], &[2, 3], 2, 3, 8)))
+        .unwrap();
+    image
+        .apply(13, &rec(partition("t", 0, &[1, 2, 3], &[3], 3, 4, 9)))
+        .unwrap();
+    assert_eq!(image.unclean_elections_total(), 1, "3 was in the ISR");
+}

@@ -1,0 +1,10 @@
+//! The controller driven through its public API, as the shell drives it.
+
+mod alter_partition;
+mod brokers;
+mod create_topics;
+mod elections;
+mod image;
+mod metadata_log;
+mod replay;
+mod support;
