@@ -1,1 +1,81 @@
-fn main() {}
+//! `synclined`: the syncline broker daemon.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use syncline_broker::{net::Tcp, BrokerConfig};
+use tracing_subscriber::EnvFilter;
+
+/// The syncline broker.
+#[derive(Debug, Parser)]
+#[command(name = "synclined", version, about)]
+struct Args {
+    /// The broker's TOML config file (see config/broker-1.toml).
+    #[arg(long, short)]
+    config: PathBuf,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_target(false)
+        .init();
+    let config = match BrokerConfig::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("synclined: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("synclined: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run(config))
+}
+
+async fn run(config: BrokerConfig) -> ExitCode {
+    let node_id = config.node_id;
+    let handle = match syncline_broker::start(config, Arc::new(Tcp)).await {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("synclined: broker {node_id} cannot start: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let fatal = handle.fatal();
+    let failed = tokio::select! {
+        _ = shutdown_signal() => false,
+        _ = fatal.cancelled() => true,
+    };
+    tracing::info!("shutting down");
+    handle.shutdown().await;
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

@@ -838,13 +838,16 @@ impl Log {
 
     /// Flushes everything and marks a clean shutdown, so that the next open trusts
     /// the files instead of validating the active segment. Dropping a `Log` without
-    /// closing it is a crash, as far as the files are concerned.
-    pub fn close(mut self) -> Result<(), LogError> {
+    /// closing it is a crash, as far as the files are concerned. A closed log refuses
+    /// every later operation (the marker would otherwise lie).
+    pub fn close(&mut self) -> Result<(), LogError> {
         self.flush()?;
         for segment in &mut self.segments {
             segment.persist_index()?;
         }
-        checkpoint::write_atomic(&self.dir, CLEAN_SHUTDOWN_FILE, b"")
+        checkpoint::write_atomic(&self.dir, CLEAN_SHUTDOWN_FILE, b"")?;
+        self.failed = Some("the log was closed".to_string());
+        Ok(())
     }
 }
 

@@ -631,7 +631,7 @@ fn a_garbled_or_missing_index_is_rebuilt() {
             Some(bytes) => fs::write(&index, bytes).unwrap(),
             None => fs::remove_file(&time_index).unwrap(),
         }
-        let log = Log::open(dir.path(), config.clone()).unwrap();
+        let mut log = Log::open(dir.path(), config.clone()).unwrap();
         assert_eq!(read_all(&log), before);
         for offset in 0..90 {
             let read = log.read(offset, 1, 90, true).unwrap();
@@ -657,7 +657,7 @@ fn a_garbled_epoch_checkpoint_is_rebuilt_from_the_batches() {
     let checkpoint = dir.path().join("leader-epoch-checkpoint");
     for garbage in ["0\n3\n1 0\n4 9\n", "nonsense", ""] {
         fs::write(&checkpoint, garbage).unwrap();
-        let log = Log::open(dir.path(), small_config(1000)).unwrap();
+        let mut log = Log::open(dir.path(), small_config(1000)).unwrap();
         assert_eq!(log.epoch_entries(), entries(&[(1, 0), (4, 9), (6, 18)]));
         log.close().unwrap();
     }

@@ -1,0 +1,471 @@
+//! A broker: its parts, how a request reaches the right one, and start/stop.
+
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicI64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use syncline_proto::{pb, ErrorCode, API_VERSION};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::BrokerConfig;
+use crate::controller_client::{
+    run_alter_partition, run_lifecycle, BrokerStatus, ControllerChannel,
+};
+use crate::controller_host::{self, ControllerHandle};
+use crate::fetcher::FetcherManager;
+use crate::metadata_cache::MetadataCache;
+use crate::metrics::{BrokerMetrics, PartitionLabel, MAX_PARTITION_SERIES};
+use crate::net::Network;
+use crate::replica_manager::ReplicaManager;
+use crate::server::Responder;
+
+/// How long a forwarded CreateTopics waits for the new topic's leaders to be known
+/// here, so a client can produce right after it returns.
+const CREATE_TOPICS_PROPAGATION: Duration = Duration::from_secs(5);
+
+/// The broker's parts.
+#[derive(Debug)]
+pub struct Broker {
+    config: Arc<BrokerConfig>,
+    metrics: Arc<BrokerMetrics>,
+    metadata: Arc<MetadataCache>,
+    rm: Arc<ReplicaManager>,
+    fetchers: Arc<FetcherManager>,
+    controller: Option<ControllerHandle>,
+    channel: Arc<ControllerChannel>,
+    status: watch::Receiver<BrokerStatus>,
+}
+
+impl Broker {
+    pub fn config(&self) -> &BrokerConfig {
+        &self.config
+    }
+
+    pub fn metrics(&self) -> &BrokerMetrics {
+        &self.metrics
+    }
+
+    pub fn replica_manager(&self) -> &ReplicaManager {
+        &self.rm
+    }
+
+    /// Registration state as the controller last answered.
+    pub fn status(&self) -> BrokerStatus {
+        *self.status.borrow()
+    }
+
+    /// Dispatches one request. Data-plane requests are handled inline (see
+    /// `server`); the few that wait on the controller get a task.
+    pub fn handle(self: &Arc<Self>, request: pb::Request, responder: Responder) {
+        use pb::request::Body;
+        use pb::response::Body as Resp;
+        let Some(body) = request.body else {
+            responder.send_error(
+                ErrorCode::UnsupportedVersion,
+                "unknown API key: upgrade this broker or fix the client",
+            );
+            return;
+        };
+        if request.api_version != API_VERSION {
+            responder.send_error(
+                ErrorCode::UnsupportedVersion,
+                format!(
+                    "api_version {} is not supported (this broker speaks {API_VERSION})",
+                    request.api_version
+                ),
+            );
+            return;
+        }
+        match body {
+            Body::Produce(r) => self.rm.handle_produce(r, responder),
+            Body::Fetch(r) => self.rm.handle_fetch(r, responder),
+            Body::ListOffsets(r) => responder.send(Resp::ListOffsets(self.rm.list_offsets(&r))),
+            Body::Metadata(r) => responder.send(Resp::Metadata(self.metadata.metadata(&r.topics))),
+            Body::DescribeTopics(r) => {
+                responder.send(Resp::DescribeTopics(self.rm.describe_topics(&r.topics)))
+            }
+            Body::DescribeCluster(_) => {
+                responder.send(Resp::DescribeCluster(self.metadata.describe_cluster()))
+            }
+            Body::OffsetsForLeaderEpoch(r) => responder.send(Resp::OffsetsForLeaderEpoch(
+                self.rm.offsets_for_leader_epoch(&r),
+            )),
+            Body::LeaderAndIsr(r) => {
+                responder.send(Resp::LeaderAndIsr(self.rm.apply_leader_and_isr(&r)))
+            }
+            Body::CreateTopics(r) => {
+                let broker = self.clone();
+                tokio::spawn(async move { broker.create_topics(r, responder).await });
+            }
+            body @ (Body::AlterPartition(_)
+            | Body::BrokerRegistration(_)
+            | Body::BrokerHeartbeat(_)) => {
+                let Some(controller) = self.controller.clone() else {
+                    responder.send(not_controller(&body));
+                    return;
+                };
+                tokio::spawn(async move {
+                    match controller.handle(body).await {
+                        Some(resp) => responder.send(resp),
+                        None => responder.send_error(
+                            ErrorCode::NotController,
+                            "the controller is shutting down",
+                        ),
+                    }
+                });
+            }
+        }
+    }
+
+    /// CreateTopics goes to the controller (here, or forwarded); once committed, waits
+    /// (bounded) until this broker knows the new leaders.
+    async fn create_topics(&self, request: pb::CreateTopicsRequest, responder: Responder) {
+        let body = pb::request::Body::CreateTopics(request);
+        let answer = match &self.controller {
+            Some(c) => c.handle(body).await,
+            None => self.channel.send(body).await.ok(),
+        };
+        match answer {
+            Some(pb::response::Body::CreateTopics(r)) => {
+                let created: Vec<String> = r
+                    .topics
+                    .iter()
+                    .filter(|t| t.error_code == ErrorCode::None as i32)
+                    .map(|t| t.name.clone())
+                    .collect();
+                if !created.is_empty() {
+                    self.metadata
+                        .wait_for_leaders(&created, CREATE_TOPICS_PROPAGATION)
+                        .await;
+                }
+                responder.send(pb::response::Body::CreateTopics(r));
+            }
+            _ => responder.send_error(
+                ErrorCode::NotController,
+                "the controller cannot be reached; retry when it is back",
+            ),
+        }
+    }
+
+    /// Refreshes the gauges and returns the Prometheus text exposition.
+    pub fn scrape_metrics(&self) -> String {
+        let m = &self.metrics;
+        let mut leaders = 0;
+        let mut under_replicated = 0;
+        let mut under_min = 0;
+        let mut at_min = 0;
+        let partitions = self.rm.all_partitions();
+        m.partition_isr_size.clear();
+        m.partition_max_replica_lag.clear();
+        for p in &partitions {
+            let Some(h) = p.leader_health() else {
+                continue;
+            };
+            leaders += 1;
+            if h.isr_size < h.replicas {
+                under_replicated += 1;
+            }
+            if h.isr_size < h.min_insync_replicas {
+                under_min += 1;
+            }
+            if h.isr_size == h.min_insync_replicas {
+                at_min += 1;
+            }
+            if leaders <= MAX_PARTITION_SERIES {
+                let label = PartitionLabel {
+                    topic: p.tp.topic.to_string(),
+                    partition: p.tp.partition.to_string(),
+                };
+                m.partition_isr_size
+                    .get_or_create(&label)
+                    .set(h.isr_size as i64);
+                m.partition_max_replica_lag
+                    .get_or_create(&label)
+                    .set(h.max_follower_lag);
+            }
+        }
+        m.leader_count.set(leaders as i64);
+        m.partition_count.set(partitions.len() as i64);
+        m.under_replicated_partitions.set(under_replicated);
+        m.under_min_isr_partition_count.set(under_min);
+        m.at_min_isr_partition_count.set(at_min);
+        m.replica_fetcher_max_lag.set(self.fetchers.max_lag());
+        let (fetch, produce) = self.rm.purgatory_sizes();
+        m.set_purgatory_sizes(fetch, produce);
+        m.encode()
+    }
+}
+
+/// The typed refusal of a controller request sent to a broker that is not one.
+fn not_controller(body: &pb::request::Body) -> pb::response::Body {
+    use pb::request::Body;
+    use pb::response::Body as Resp;
+    let code = ErrorCode::NotController as i32;
+    match body {
+        Body::AlterPartition(_) => Resp::AlterPartition(pb::AlterPartitionResponse {
+            error_code: code,
+            topics: vec![],
+        }),
+        Body::BrokerRegistration(_) => Resp::BrokerRegistration(pb::BrokerRegistrationResponse {
+            error_code: code,
+            error_message: "this broker is not the controller".into(),
+            broker_epoch: -1,
+        }),
+        _ => Resp::BrokerHeartbeat(pb::BrokerHeartbeatResponse {
+            error_code: code,
+            ..Default::default()
+        }),
+    }
+}
+
+/// A running broker.
+#[derive(Debug)]
+pub struct BrokerHandle {
+    broker: Arc<Broker>,
+    addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
+    shutdown: CancellationToken,
+    fatal: CancellationToken,
+    lifecycle: JoinHandle<()>,
+    tasks: Vec<JoinHandle<()>>,
+    _lock: std::fs::File,
+}
+
+impl BrokerHandle {
+    /// The address the client listener is bound to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The metrics endpoint's address, if enabled.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    pub fn broker(&self) -> &Arc<Broker> {
+        &self.broker
+    }
+
+    /// Fires when the broker must stop on its own (the controller's metadata log
+    /// failed).
+    pub fn fatal(&self) -> CancellationToken {
+        self.fatal.clone()
+    }
+
+    /// Clean shutdown: controlled shutdown (leadership moves away), stop serving,
+    /// flush and checkpoint every log.
+    pub async fn shutdown(self) {
+        self.shutdown.cancel();
+        // The lifecycle task runs the controlled shutdown before it returns; the
+        // server keeps serving meanwhile so this broker hears of its new roles.
+        let _ = self.lifecycle.await;
+        for t in &self.tasks {
+            t.abort();
+        }
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        self.broker.rm.close_all();
+        tracing::info!("broker stopped");
+    }
+}
+
+/// Starts a broker: binds its listeners, opens its parts, registers with the
+/// controller and starts serving.
+pub async fn start(
+    config: BrokerConfig,
+    network: Arc<dyn Network>,
+) -> anyhow::Result<BrokerHandle> {
+    let listener = network
+        .bind(&config.listeners.to_string())
+        .await
+        .with_context(|| format!("cannot listen on {} (`listeners`)", config.listeners))?;
+    start_on(config, network, listener).await
+}
+
+/// As [`start`], on a listener bound already (tests bind port 0 first).
+pub async fn start_on(
+    config: BrokerConfig,
+    network: Arc<dyn Network>,
+    listener: Box<dyn crate::net::Listener>,
+) -> anyhow::Result<BrokerHandle> {
+    let config = Arc::new(config);
+    std::fs::create_dir_all(&config.log_dir)
+        .with_context(|| format!("cannot create log dir {}", config.log_dir.display()))?;
+    let lock_path = config.log_dir.join(".lock");
+    let lock = std::fs::File::create(&lock_path)
+        .with_context(|| format!("cannot create {}", lock_path.display()))?;
+    lock.try_lock().map_err(|_| {
+        anyhow::anyhow!(
+            "log dir {} is in use by another synclined process (is the broker already running?)",
+            config.log_dir.display()
+        )
+    })?;
+
+    let addr = listener.local_addr()?;
+    let metrics_listener = match &config.metrics_listen {
+        Some(m) => Some(
+            tokio::net::TcpListener::bind(m.to_string())
+                .await
+                .with_context(|| format!("cannot listen on {m} (`metrics_listen`)"))?,
+        ),
+        None => None,
+    };
+    let metrics_addr = metrics_listener
+        .as_ref()
+        .map(|l| l.local_addr())
+        .transpose()?;
+
+    let shutdown = CancellationToken::new();
+    // Background work stops after the lifecycle's controlled shutdown.
+    let background = CancellationToken::new();
+    let fatal = CancellationToken::new();
+    let metrics = Arc::new(BrokerMetrics::new());
+    let metadata = Arc::new(MetadataCache::new(
+        &config.cluster_id,
+        config.controller().node_id,
+    ));
+    let broker_epoch = Arc::new(AtomicI64::new(-1));
+    let fetchers = Arc::new(FetcherManager::new(
+        config.clone(),
+        metadata.clone(),
+        network.clone(),
+        broker_epoch.clone(),
+        metrics.clone(),
+        background.clone(),
+    ));
+    let (isr_tx, isr_rx) = mpsc::unbounded_channel();
+    let rm = Arc::new(ReplicaManager::new(
+        config.clone(),
+        metadata.clone(),
+        fetchers.clone(),
+        broker_epoch,
+        isr_tx,
+        metrics.clone(),
+    ));
+    let controller = if config.is_controller {
+        Some(controller_host::start(
+            &config.log_dir.join("__cluster_metadata"),
+            &config,
+            network.clone(),
+            metrics.clone(),
+            background.clone(),
+            fatal.clone(),
+        )?)
+    } else {
+        None
+    };
+    let channel = Arc::new(ControllerChannel::new(config.clone(), network.clone()));
+    let (status_tx, status_rx) = watch::channel(BrokerStatus {
+        broker_epoch: -1,
+        fenced: true,
+    });
+    let broker = Arc::new(Broker {
+        config: config.clone(),
+        metrics: metrics.clone(),
+        metadata: metadata.clone(),
+        rm: rm.clone(),
+        fetchers,
+        controller,
+        channel: channel.clone(),
+        status: status_rx,
+    });
+
+    let mut tasks = Vec::new();
+    tasks.push(tokio::spawn(crate::server::serve(
+        listener,
+        broker.clone(),
+        background.clone(),
+    )));
+    if let Some(l) = metrics_listener {
+        tasks.push(tokio::spawn(crate::http::serve(
+            l,
+            broker.clone(),
+            background.clone(),
+        )));
+    }
+    tasks.push(tokio::spawn(run_alter_partition(
+        config.clone(),
+        channel.clone(),
+        rm.clone(),
+        isr_rx,
+        background.clone(),
+    )));
+    tasks.push(tokio::spawn(periodic(
+        rm.clone(),
+        config.clone(),
+        background.clone(),
+    )));
+    let lifecycle = {
+        let (config, rm, metadata, shutdown, background) = (
+            config.clone(),
+            rm.clone(),
+            metadata.clone(),
+            shutdown.clone(),
+            background.clone(),
+        );
+        tokio::spawn(async move {
+            run_lifecycle(config, channel, rm, metadata, status_tx, shutdown).await;
+            background.cancel();
+        })
+    };
+    tracing::info!(
+        node_id = config.node_id, %addr, metrics = ?metrics_addr, controller = config.is_controller,
+        log_dir = %config.log_dir.display(), "broker started"
+    );
+    Ok(BrokerHandle {
+        broker,
+        addr,
+        metrics_addr,
+        shutdown,
+        fatal,
+        lifecycle,
+        tasks,
+        _lock: lock,
+    })
+}
+
+/// The broker's timers: ISR shrink checks, HW checkpoints, flush policy, retention.
+async fn periodic(rm: Arc<ReplicaManager>, config: Arc<BrokerConfig>, shutdown: CancellationToken) {
+    use tokio::time::{sleep_until, Instant};
+    let checkpoint_every =
+        Duration::from_millis(config.replica_high_watermark_checkpoint_interval_ms);
+    let retention_every = Duration::from_millis(config.retention_check_interval_ms);
+    let flush_every = Duration::from_millis(config.flush_ms.clamp(10, 1000));
+    let now = Instant::now();
+    let mut next_shrink = now + rm.shrink_check_interval();
+    let mut next_checkpoint = now + checkpoint_every;
+    let mut next_retention = now + retention_every;
+    let mut next_flush = now + flush_every;
+    loop {
+        let next = next_shrink
+            .min(next_checkpoint)
+            .min(next_retention)
+            .min(next_flush);
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = sleep_until(next) => {}
+        }
+        let now = Instant::now();
+        if now >= next_shrink {
+            rm.maybe_shrink_isrs();
+            next_shrink = now + rm.shrink_check_interval();
+        }
+        if now >= next_checkpoint {
+            rm.checkpoint_high_watermarks();
+            next_checkpoint = now + checkpoint_every;
+        }
+        if now >= next_flush {
+            rm.flush_due();
+            next_flush = now + flush_every;
+        }
+        if now >= next_retention {
+            rm.apply_retention();
+            next_retention = now + retention_every;
+        }
+    }
+}

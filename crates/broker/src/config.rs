@@ -1,0 +1,597 @@
+//! Broker configuration (TOML). Names are Kafka's broker config names with dots
+//! written as underscores, and the defaults are Kafka's. Unknown keys and invalid
+//! values are refused at start-up with a message naming the key.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Why a configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid value for `{key}`: {message}")]
+    Invalid { key: &'static str, message: String },
+}
+
+fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        message: message.into(),
+    }
+}
+
+/// A `host:port` address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPort {
+    pub host: String,
+    pub port: u16,
+}
+
+impl HostPort {
+    fn parse(key: &'static str, s: &str) -> Result<HostPort, ConfigError> {
+        let (host, port) = s.rsplit_once(':').ok_or_else(|| {
+            invalid(
+                key,
+                format!("`{s}` is not host:port (e.g. \"127.0.0.1:9092\")"),
+            )
+        })?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() {
+            return Err(invalid(key, format!("`{s}` has an empty host")));
+        }
+        let port = port
+            .parse::<u16>()
+            .map_err(|_| invalid(key, format!("`{s}` has an invalid port")))?;
+        Ok(HostPort {
+            host: host.to_string(),
+            port,
+        })
+    }
+}
+
+impl std::fmt::Display for HostPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// One voter of the controller quorum (`id@host:port`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Voter {
+    pub node_id: i32,
+    pub address: HostPort,
+}
+
+/// The file as written: every key optional except `node_id`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    node_id: i32,
+    cluster_id: Option<String>,
+    listeners: Option<String>,
+    advertised_listeners: Option<String>,
+    log_dirs: Option<String>,
+    process_roles: Option<String>,
+    controller_quorum_voters: Option<String>,
+    broker_rack: Option<String>,
+    metrics_listen: Option<String>,
+    num_partitions: Option<i32>,
+    default_replication_factor: Option<i32>,
+    min_insync_replicas: Option<i32>,
+    message_max_bytes: Option<i64>,
+    socket_request_max_bytes: Option<i64>,
+    queued_max_requests: Option<i64>,
+    segment_bytes: Option<i64>,
+    segment_ms: Option<i64>,
+    retention_ms: Option<i64>,
+    retention_bytes: Option<i64>,
+    retention_check_interval_ms: Option<i64>,
+    flush_messages: Option<i64>,
+    flush_ms: Option<i64>,
+    replica_lag_time_max_ms: Option<i64>,
+    replica_fetch_wait_max_ms: Option<i64>,
+    replica_fetch_min_bytes: Option<i64>,
+    replica_fetch_max_bytes: Option<i64>,
+    replica_fetch_response_max_bytes: Option<i64>,
+    replica_fetch_backoff_ms: Option<i64>,
+    num_replica_fetchers: Option<i64>,
+    replica_high_watermark_checkpoint_interval_ms: Option<i64>,
+    unclean_leader_election_enable: Option<bool>,
+    broker_session_timeout_ms: Option<i64>,
+    broker_heartbeat_interval_ms: Option<i64>,
+    controlled_shutdown_enable: Option<bool>,
+    controlled_shutdown_timeout_ms: Option<i64>,
+}
+
+/// A validated broker configuration.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub node_id: i32,
+    pub cluster_id: String,
+    pub listeners: HostPort,
+    pub advertised_listeners: HostPort,
+    pub log_dir: PathBuf,
+    pub is_controller: bool,
+    pub controller_quorum_voters: Vec<Voter>,
+    pub broker_rack: Option<String>,
+    pub metrics_listen: Option<HostPort>,
+    pub num_partitions: i32,
+    pub default_replication_factor: i32,
+    pub min_insync_replicas: i32,
+    pub message_max_bytes: usize,
+    pub socket_request_max_bytes: usize,
+    pub queued_max_requests: usize,
+    pub segment_bytes: u64,
+    pub segment_ms: Option<u64>,
+    pub retention_ms: i64,
+    pub retention_bytes: i64,
+    pub retention_check_interval_ms: u64,
+    pub flush_messages: u64,
+    pub flush_ms: u64,
+    pub replica_lag_time_max_ms: u64,
+    pub replica_fetch_wait_max_ms: u64,
+    pub replica_fetch_min_bytes: u32,
+    pub replica_fetch_max_bytes: u32,
+    pub replica_fetch_response_max_bytes: u32,
+    pub replica_fetch_backoff_ms: u64,
+    pub num_replica_fetchers: usize,
+    pub replica_high_watermark_checkpoint_interval_ms: u64,
+    pub unclean_leader_election_enable: bool,
+    pub broker_session_timeout_ms: u64,
+    pub broker_heartbeat_interval_ms: u64,
+    pub controlled_shutdown_enable: bool,
+    pub controlled_shutdown_timeout_ms: u64,
+}
+
+fn in_range(
+    key: &'static str,
+    value: Option<i64>,
+    default: i64,
+    min: i64,
+    max: i64,
+) -> Result<i64, ConfigError> {
+    let v = value.unwrap_or(default);
+    if v < min || v > max {
+        return Err(invalid(
+            key,
+            format!("{v} is out of range (must be between {min} and {max})"),
+        ));
+    }
+    Ok(v)
+}
+
+/// -1 (or absent) means "never": u64::MAX.
+fn never_or_positive(key: &'static str, value: Option<i64>) -> Result<u64, ConfigError> {
+    match value {
+        None | Some(-1) => Ok(u64::MAX),
+        Some(v) if v >= 1 => Ok(v as u64),
+        Some(v) => Err(invalid(
+            key,
+            format!("{v} must be -1 (never) or at least 1"),
+        )),
+    }
+}
+
+impl BrokerConfig {
+    /// Reads and validates a config file. Relative paths in it are relative to the
+    /// working directory.
+    pub fn load(path: &Path) -> Result<BrokerConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|e| match e {
+            ConfigError::Parse { message, .. } => ConfigError::Parse {
+                path: path.to_path_buf(),
+                message,
+            },
+            other => other,
+        })
+    }
+
+    /// Parses and validates TOML text.
+    pub fn parse(text: &str) -> Result<BrokerConfig, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: PathBuf::new(),
+            message: e.to_string(),
+        })?;
+        Self::from_raw(raw)
+    }
+
+    fn from_raw(raw: RawConfig) -> Result<BrokerConfig, ConfigError> {
+        if raw.node_id < 0 {
+            return Err(invalid("node_id", "must be 0 or more"));
+        }
+        let listeners = HostPort::parse(
+            "listeners",
+            raw.listeners.as_deref().unwrap_or("127.0.0.1:9092"),
+        )?;
+        let advertised_listeners = match raw.advertised_listeners.as_deref() {
+            Some(s) => HostPort::parse("advertised_listeners", s)?,
+            None if listeners.host == "0.0.0.0" || listeners.host == "::" => {
+                return Err(invalid(
+                    "advertised_listeners",
+                    "must be set when `listeners` binds a wildcard address: clients need a \
+                     host they can reach",
+                ))
+            }
+            None => listeners.clone(),
+        };
+        let log_dirs = raw
+            .log_dirs
+            .unwrap_or_else(|| format!("data/broker-{}", raw.node_id));
+        if log_dirs.trim().is_empty() {
+            return Err(invalid("log_dirs", "must name a directory"));
+        }
+        if log_dirs.contains(',') {
+            return Err(invalid(
+                "log_dirs",
+                "only one log directory per broker is supported",
+            ));
+        }
+        let roles: Vec<&str> = raw
+            .process_roles
+            .as_deref()
+            .unwrap_or("broker")
+            .split(',')
+            .map(str::trim)
+            .filter(|r| !r.is_empty())
+            .collect();
+        for r in &roles {
+            if *r != "broker" && *r != "controller" {
+                return Err(invalid(
+                    "process_roles",
+                    format!("unknown role `{r}` (use \"broker\" or \"broker,controller\")"),
+                ));
+            }
+        }
+        if !roles.contains(&"broker") {
+            return Err(invalid(
+                "process_roles",
+                "must include \"broker\" (a controller-only process is not supported yet)",
+            ));
+        }
+        let is_controller = roles.contains(&"controller");
+        let voters = parse_voters(raw.controller_quorum_voters.as_deref().unwrap_or(""))?;
+        if voters.is_empty() {
+            return Err(invalid(
+                "controller_quorum_voters",
+                "must name the controller, e.g. \"1@127.0.0.1:9092\"",
+            ));
+        }
+        if voters.len() > 1 {
+            return Err(invalid(
+                "controller_quorum_voters",
+                "only a single controller voter is supported for now",
+            ));
+        }
+        if is_controller && voters[0].node_id != raw.node_id {
+            return Err(invalid(
+                "controller_quorum_voters",
+                format!(
+                    "this node ({}) has the controller role but is not the voter ({})",
+                    raw.node_id, voters[0].node_id
+                ),
+            ));
+        }
+        if !is_controller && voters[0].node_id == raw.node_id {
+            return Err(invalid(
+                "process_roles",
+                "this node is the controller voter but lacks the \"controller\" role",
+            ));
+        }
+        let metrics_listen = match raw.metrics_listen.as_deref() {
+            None | Some("") => None,
+            Some(s) => Some(HostPort::parse("metrics_listen", s)?),
+        };
+        let rack = raw.broker_rack.filter(|r| !r.is_empty());
+
+        let num_partitions = in_range(
+            "num_partitions",
+            raw.num_partitions.map(i64::from),
+            1,
+            1,
+            100_000,
+        )? as i32;
+        let default_replication_factor = in_range(
+            "default_replication_factor",
+            raw.default_replication_factor.map(i64::from),
+            1,
+            1,
+            i16::MAX as i64,
+        )? as i32;
+        let min_insync_replicas = in_range(
+            "min_insync_replicas",
+            raw.min_insync_replicas.map(i64::from),
+            1,
+            1,
+            i16::MAX as i64,
+        )? as i32;
+        let socket_request_max_bytes = in_range(
+            "socket_request_max_bytes",
+            raw.socket_request_max_bytes,
+            104_857_600,
+            1024,
+            i32::MAX as i64,
+        )? as usize;
+        let message_max_bytes = in_range(
+            "message_max_bytes",
+            raw.message_max_bytes,
+            1_048_588,
+            64,
+            i32::MAX as i64,
+        )? as usize;
+        if message_max_bytes >= socket_request_max_bytes {
+            return Err(invalid(
+                "message_max_bytes",
+                "must be smaller than socket_request_max_bytes",
+            ));
+        }
+        let replica_lag_time_max_ms = in_range(
+            "replica_lag_time_max_ms",
+            raw.replica_lag_time_max_ms,
+            30_000,
+            1,
+            i32::MAX as i64,
+        )? as u64;
+        let replica_fetch_wait_max_ms = in_range(
+            "replica_fetch_wait_max_ms",
+            raw.replica_fetch_wait_max_ms,
+            500,
+            0,
+            i32::MAX as i64,
+        )? as u64;
+        if replica_fetch_wait_max_ms >= replica_lag_time_max_ms {
+            // As Kafka: otherwise an idle follower looks out of sync.
+            return Err(invalid(
+                "replica_fetch_wait_max_ms",
+                format!(
+                    "{replica_fetch_wait_max_ms} must be smaller than replica_lag_time_max_ms \
+                     ({replica_lag_time_max_ms}), or idle followers leave the ISR"
+                ),
+            ));
+        }
+        let broker_session_timeout_ms = in_range(
+            "broker_session_timeout_ms",
+            raw.broker_session_timeout_ms,
+            9_000,
+            1,
+            i32::MAX as i64,
+        )? as u64;
+        let broker_heartbeat_interval_ms = in_range(
+            "broker_heartbeat_interval_ms",
+            raw.broker_heartbeat_interval_ms,
+            2_000,
+            1,
+            i32::MAX as i64,
+        )? as u64;
+        if broker_heartbeat_interval_ms >= broker_session_timeout_ms {
+            return Err(invalid(
+                "broker_heartbeat_interval_ms",
+                "must be smaller than broker_session_timeout_ms",
+            ));
+        }
+
+        Ok(BrokerConfig {
+            node_id: raw.node_id,
+            cluster_id: raw.cluster_id.unwrap_or_else(|| "syncline".to_string()),
+            listeners,
+            advertised_listeners,
+            log_dir: PathBuf::from(log_dirs.trim()),
+            is_controller,
+            controller_quorum_voters: voters,
+            broker_rack: rack,
+            metrics_listen,
+            num_partitions,
+            default_replication_factor,
+            min_insync_replicas,
+            message_max_bytes,
+            socket_request_max_bytes,
+            queued_max_requests: in_range(
+                "queued_max_requests",
+                raw.queued_max_requests,
+                500,
+                1,
+                1_000_000,
+            )? as usize,
+            segment_bytes: in_range(
+                "segment_bytes",
+                raw.segment_bytes,
+                1_073_741_824,
+                1024,
+                i32::MAX as i64,
+            )? as u64,
+            segment_ms: match raw.segment_ms {
+                None => Some(604_800_000),
+                Some(-1) => None,
+                Some(v) if v >= 1 => Some(v as u64),
+                Some(v) => {
+                    return Err(invalid(
+                        "segment_ms",
+                        format!("{v} must be -1 or at least 1"),
+                    ))
+                }
+            },
+            retention_ms: in_range("retention_ms", raw.retention_ms, 604_800_000, -1, i64::MAX)?,
+            retention_bytes: in_range("retention_bytes", raw.retention_bytes, -1, -1, i64::MAX)?,
+            retention_check_interval_ms: in_range(
+                "retention_check_interval_ms",
+                raw.retention_check_interval_ms,
+                300_000,
+                1,
+                i64::MAX,
+            )? as u64,
+            flush_messages: never_or_positive("flush_messages", raw.flush_messages)?,
+            flush_ms: never_or_positive("flush_ms", raw.flush_ms)?,
+            replica_lag_time_max_ms,
+            replica_fetch_wait_max_ms,
+            replica_fetch_min_bytes: in_range(
+                "replica_fetch_min_bytes",
+                raw.replica_fetch_min_bytes,
+                1,
+                1,
+                i32::MAX as i64,
+            )? as u32,
+            replica_fetch_max_bytes: in_range(
+                "replica_fetch_max_bytes",
+                raw.replica_fetch_max_bytes,
+                1_048_576,
+                1024,
+                i32::MAX as i64,
+            )? as u32,
+            replica_fetch_response_max_bytes: in_range(
+                "replica_fetch_response_max_bytes",
+                raw.replica_fetch_response_max_bytes,
+                10_485_760,
+                1024,
+                i32::MAX as i64,
+            )? as u32,
+            replica_fetch_backoff_ms: in_range(
+                "replica_fetch_backoff_ms",
+                raw.replica_fetch_backoff_ms,
+                1_000,
+                0,
+                i32::MAX as i64,
+            )? as u64,
+            num_replica_fetchers: in_range(
+                "num_replica_fetchers",
+                raw.num_replica_fetchers,
+                1,
+                1,
+                64,
+            )? as usize,
+            replica_high_watermark_checkpoint_interval_ms: in_range(
+                "replica_high_watermark_checkpoint_interval_ms",
+                raw.replica_high_watermark_checkpoint_interval_ms,
+                5_000,
+                1,
+                i32::MAX as i64,
+            )? as u64,
+            unclean_leader_election_enable: raw.unclean_leader_election_enable.unwrap_or(false),
+            broker_session_timeout_ms,
+            broker_heartbeat_interval_ms,
+            controlled_shutdown_enable: raw.controlled_shutdown_enable.unwrap_or(true),
+            controlled_shutdown_timeout_ms: in_range(
+                "controlled_shutdown_timeout_ms",
+                raw.controlled_shutdown_timeout_ms,
+                30_000,
+                0,
+                i32::MAX as i64,
+            )? as u64,
+        })
+    }
+
+    /// The controller voter this broker reports to.
+    pub fn controller(&self) -> &Voter {
+        &self.controller_quorum_voters[0]
+    }
+}
+
+fn parse_voters(s: &str) -> Result<Vec<Voter>, ConfigError> {
+    const KEY: &str = "controller_quorum_voters";
+    s.split(',')
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            let (id, addr) = v.split_once('@').ok_or_else(|| {
+                invalid(
+                    KEY,
+                    format!("`{v}` is not id@host:port (e.g. \"1@127.0.0.1:9092\")"),
+                )
+            })?;
+            let node_id = id
+                .parse::<i32>()
+                .ok()
+                .filter(|n| *n >= 0)
+                .ok_or_else(|| invalid(KEY, format!("`{id}` is not a node id")))?;
+            Ok(Voter {
+                node_id,
+                address: HostPort::parse(KEY, addr)?,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+        node_id = 1
+        process_roles = "broker,controller"
+        controller_quorum_voters = "1@127.0.0.1:9092"
+    "#;
+
+    #[test]
+    fn defaults_are_kafkas() {
+        let c = BrokerConfig::parse(MINIMAL).unwrap();
+        assert_eq!(c.listeners.to_string(), "127.0.0.1:9092");
+        assert_eq!(c.advertised_listeners, c.listeners);
+        assert!(c.is_controller);
+        assert_eq!(c.replica_lag_time_max_ms, 30_000);
+        assert_eq!(c.replica_fetch_wait_max_ms, 500);
+        assert_eq!(c.replica_fetch_max_bytes, 1_048_576);
+        assert_eq!(c.min_insync_replicas, 1);
+        assert_eq!(c.broker_session_timeout_ms, 9_000);
+        assert_eq!(c.broker_heartbeat_interval_ms, 2_000);
+        assert_eq!(c.flush_messages, u64::MAX);
+        assert!(!c.unclean_leader_election_enable);
+        assert_eq!(c.log_dir, PathBuf::from("data/broker-1"));
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = BrokerConfig::parse(&format!("{MINIMAL}\nreplica_lag_time_max = 5")).unwrap_err();
+        assert!(err.to_string().contains("replica_lag_time_max"), "{err}");
+    }
+
+    #[test]
+    fn invalid_values_name_the_key() {
+        for (extra, key) in [
+            ("min_insync_replicas = 0", "min_insync_replicas"),
+            ("listeners = \"nohost\"", "listeners"),
+            (
+                "replica_fetch_wait_max_ms = 40000",
+                "replica_fetch_wait_max_ms",
+            ),
+            ("segment_bytes = 10", "segment_bytes"),
+            ("flush_messages = 0", "flush_messages"),
+            ("process_roles = \"broker,toaster\"", "process_roles"),
+            ("node_id_x = 3", "node_id_x"),
+            ("num_partitions = \"three\"", "num_partitions"),
+        ] {
+            let text = format!("{MINIMAL}\n{extra}");
+            let err = BrokerConfig::parse(&text).unwrap_err().to_string();
+            assert!(err.contains(key), "{extra}: {err}");
+        }
+    }
+
+    #[test]
+    fn controller_role_must_match_voters() {
+        let text = r#"
+            node_id = 2
+            process_roles = "broker,controller"
+            controller_quorum_voters = "1@127.0.0.1:9092"
+        "#;
+        let err = BrokerConfig::parse(text).unwrap_err().to_string();
+        assert!(err.contains("controller_quorum_voters"), "{err}");
+    }
+
+    #[test]
+    fn wildcard_listener_needs_advertised_address() {
+        let text = format!("{MINIMAL}\nlisteners = \"0.0.0.0:9092\"");
+        let err = BrokerConfig::parse(&text).unwrap_err().to_string();
+        assert!(err.contains("advertised_listeners"), "{err}");
+    }
+}

@@ -1,0 +1,285 @@
+//! The broker's delayed operations: a fetch waiting for `min_bytes` (DelayedFetch)
+//! and an acks=all produce waiting for the high watermark (DelayedProduce). They
+//! wait in a purgatory keyed by partition and hold no task: whoever completes them
+//! (an append, an HW advance, a role change, the timer, a closed connection) runs
+//! `on_complete`, which sends the response.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use syncline_proto::{pb, ErrorCode};
+use syncline_purgatory::{Completion, DelayedOperation, OpHandle};
+
+use crate::partition::{FetchReadiness, Partition, ProduceCheck};
+use crate::server::Responder;
+
+/// A waiting operation of some connection, to cancel when it closes.
+#[derive(Debug)]
+pub enum PendingOp {
+    Fetch(OpHandle<Arc<DelayedFetch>>),
+    Produce(OpHandle<Arc<DelayedProduce>>),
+}
+
+impl PendingOp {
+    pub fn is_completed(&self) -> bool {
+        match self {
+            PendingOp::Fetch(h) => h.is_completed(),
+            PendingOp::Produce(h) => h.is_completed(),
+        }
+    }
+}
+
+// --- fetch ---
+
+/// The request-wide parameters of a fetch.
+#[derive(Debug, Clone, Copy)]
+pub struct FetchParams {
+    /// -1 for consumers.
+    pub replica_id: i32,
+    pub min_bytes: u64,
+    pub max_bytes: usize,
+}
+
+impl FetchParams {
+    pub fn is_follower(&self) -> bool {
+        self.replica_id >= 0
+    }
+}
+
+/// One partition of a fetch, resolved.
+#[derive(Debug, Clone)]
+pub struct FetchPartitionStatus {
+    pub topic_index: usize,
+    pub partition_index: usize,
+    pub partition: Arc<Partition>,
+    pub fetch_offset: i64,
+    pub current_leader_epoch: Option<i32>,
+    pub last_fetched_epoch: Option<i32>,
+    pub partition_max_bytes: usize,
+}
+
+/// Reads every resolved partition of a fetch into `response` (whose entries for
+/// unresolved partitions are already filled with their errors). Returns the record
+/// bytes read. At least one batch is returned even past `max_bytes`, so that a large
+/// batch cannot stall the reader.
+pub fn read_partitions(
+    params: &FetchParams,
+    statuses: &[FetchPartitionStatus],
+    response: &mut pb::FetchResponse,
+) -> usize {
+    let mut total = 0usize;
+    for s in statuses {
+        let remaining = params.max_bytes.saturating_sub(total);
+        let max = s.partition_max_bytes.min(remaining);
+        let first_data = total == 0;
+        let result = if params.is_follower() {
+            s.partition.read_for_follower(
+                params.replica_id,
+                s.fetch_offset,
+                s.last_fetched_epoch,
+                s.current_leader_epoch,
+                if first_data { max.max(1) } else { max },
+            )
+        } else {
+            s.partition.read_for_consumer(
+                s.fetch_offset,
+                if first_data { max.max(1) } else { max },
+                s.current_leader_epoch,
+            )
+        };
+        let out = &mut response.responses[s.topic_index].partitions[s.partition_index];
+        match result {
+            Ok(r) => {
+                // Past the request's budget, only the first partition with data may
+                // exceed it (min one batch); later ones send nothing this round.
+                let records = if !first_data && r.records.len() > remaining {
+                    bytes::Bytes::new()
+                } else {
+                    r.records
+                };
+                total += records.len();
+                out.error_code = ErrorCode::None as i32;
+                out.high_watermark = r.high_watermark;
+                out.last_stable_offset = r.high_watermark;
+                out.log_start_offset = r.log_start_offset;
+                out.diverging_epoch = r
+                    .diverging_epoch
+                    .map(|(epoch, end_offset)| pb::EpochEndOffset { epoch, end_offset });
+                out.records = records;
+                out.current_leader = None;
+            }
+            Err(code) => {
+                out.error_code = code as i32;
+                out.high_watermark = -1;
+                out.last_stable_offset = -1;
+                out.log_start_offset = -1;
+                out.records = bytes::Bytes::new();
+                if code.is_leadership_error() {
+                    out.current_leader = Some(s.partition.current_leader());
+                }
+            }
+        }
+    }
+    total
+}
+
+/// A fetch waiting until `min_bytes` are available, `max_wait_ms` passes, or a
+/// partition changes under it (not leader any more, new epoch, truncated).
+#[derive(Debug)]
+pub struct DelayedFetch {
+    params: FetchParams,
+    statuses: Vec<FetchPartitionStatus>,
+    /// The response with unresolved partitions' errors filled in.
+    template: Mutex<Option<pb::FetchResponse>>,
+    responder: Mutex<Option<Responder>>,
+}
+
+impl DelayedFetch {
+    pub fn new(
+        params: FetchParams,
+        statuses: Vec<FetchPartitionStatus>,
+        template: pb::FetchResponse,
+        responder: Responder,
+    ) -> DelayedFetch {
+        DelayedFetch {
+            params,
+            statuses,
+            template: Mutex::new(Some(template)),
+            responder: Mutex::new(Some(responder)),
+        }
+    }
+}
+
+impl DelayedOperation for DelayedFetch {
+    fn try_complete(&self) -> bool {
+        let mut available = 0u64;
+        for s in &self.statuses {
+            match s.partition.fetch_readiness(
+                s.fetch_offset,
+                self.params.is_follower(),
+                s.current_leader_epoch,
+            ) {
+                FetchReadiness::Changed => return true,
+                FetchReadiness::Bytes(n) => available += n.min(s.partition_max_bytes as u64),
+            }
+        }
+        available >= self.params.min_bytes
+    }
+
+    fn on_complete(&self, how: Completion) {
+        let responder = self.responder.lock().take();
+        let template = self.template.lock().take();
+        let (Some(responder), Some(mut response)) = (responder, template) else {
+            return;
+        };
+        if how == Completion::Cancelled {
+            return;
+        }
+        read_partitions(&self.params, &self.statuses, &mut response);
+        responder.send(pb::response::Body::Fetch(response));
+    }
+}
+
+// --- produce ---
+
+/// One partition of an acks=all produce that has been appended and waits for the
+/// high watermark.
+#[derive(Debug)]
+pub struct ProducePartitionStatus {
+    pub topic_index: usize,
+    pub partition_index: usize,
+    pub partition: Arc<Partition>,
+    /// Last offset + 1.
+    pub required_offset: i64,
+    pub append_epoch: i32,
+    pub replication_factor: i32,
+}
+
+/// An acks=all produce waiting until every pending partition's HW passes its
+/// records, the leader loses leadership, or the timeout passes.
+#[derive(Debug)]
+pub struct DelayedProduce {
+    pending: Vec<ProducePartitionStatus>,
+    state: Mutex<ProduceState>,
+}
+
+#[derive(Debug)]
+struct ProduceState {
+    /// Per pending partition: its outcome once known.
+    outcomes: Vec<Option<ProduceCheck>>,
+    response: Option<pb::ProduceResponse>,
+    responder: Option<Responder>,
+}
+
+impl DelayedProduce {
+    pub fn new(
+        pending: Vec<ProducePartitionStatus>,
+        response: pb::ProduceResponse,
+        responder: Responder,
+    ) -> DelayedProduce {
+        let outcomes = vec![None; pending.len()];
+        DelayedProduce {
+            pending,
+            state: Mutex::new(ProduceState {
+                outcomes,
+                response: Some(response),
+                responder: Some(responder),
+            }),
+        }
+    }
+}
+
+impl DelayedOperation for DelayedProduce {
+    fn try_complete(&self) -> bool {
+        let mut st = self.state.lock();
+        let mut done = true;
+        for (i, p) in self.pending.iter().enumerate() {
+            if st.outcomes[i].is_some() {
+                continue;
+            }
+            match p.partition.check_produce(p.required_offset, p.append_epoch) {
+                ProduceCheck::Pending => done = false,
+                outcome => st.outcomes[i] = Some(outcome),
+            }
+        }
+        done
+    }
+
+    fn on_complete(&self, how: Completion) {
+        let mut st = self.state.lock();
+        let (Some(mut response), Some(responder)) = (st.response.take(), st.responder.take())
+        else {
+            return;
+        };
+        if how == Completion::Cancelled {
+            return;
+        }
+        for (i, p) in self.pending.iter().enumerate() {
+            // Not resolved by an event (expired): one last look.
+            let outcome = match st.outcomes[i].take() {
+                Some(o) => o,
+                None => p.partition.check_produce(p.required_offset, p.append_epoch),
+            };
+            let out = &mut response.topics[p.topic_index].partitions[p.partition_index];
+            let failed = match outcome {
+                ProduceCheck::Acked(isr) => {
+                    out.error_code = ErrorCode::None as i32;
+                    out.acked_isr = isr;
+                    None
+                }
+                ProduceCheck::Pending => Some(p.partition.expired_produce_error()),
+                ProduceCheck::Failed(code) => Some(code),
+            };
+            if let Some(code) = failed {
+                out.error_code = code as i32;
+                out.acked_isr.clear();
+                if code.is_leadership_error() {
+                    out.current_leader = Some(p.partition.current_leader());
+                }
+            }
+            out.replication_factor = p.replication_factor;
+        }
+        drop(st);
+        responder.send(pb::response::Body::Produce(response));
+    }
+}

@@ -1,0 +1,600 @@
+//! Replica fetchers: how a follower replicates. One task per (source leader broker,
+//! fetcher index) carries every partition this broker follows from that leader in
+//! one long-polling Fetch (`replica_id` = this broker), and sends the next fetch as
+//! soon as the response is appended. A partition joins a fetcher *truncating*: it
+//! first asks the leader where its latest epoch ends (OffsetsForLeaderEpoch),
+//! truncates there, and only then fetches from its new LEO.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use syncline_client::Connection;
+use syncline_proto::{pb, ErrorCode, EARLIEST_TIMESTAMP};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::BrokerConfig;
+use crate::metadata_cache::MetadataCache;
+use crate::metrics::BrokerMetrics;
+use crate::net::Network;
+use crate::partition::truncation::{decide, LeaderEpochEnd};
+use crate::partition::{Partition, TopicPartition};
+
+/// Longest a request to a leader may take beyond its own wait.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Must agree with the leader on where the logs diverge before fetching.
+    Truncating,
+    Fetching,
+}
+
+#[derive(Debug)]
+struct FetchState {
+    partition: Arc<Partition>,
+    leader_epoch: i32,
+    phase: Phase,
+    /// Skip the partition until then (after an error).
+    backoff_until: Option<Instant>,
+    /// Leader HW − our fetch offset, from the last response.
+    lag: i64,
+}
+
+/// One fetcher's partitions, shared between the manager and its task.
+#[derive(Debug)]
+struct Fetcher {
+    leader_id: i32,
+    partitions: Mutex<HashMap<TopicPartition, FetchState>>,
+    changed: Notify,
+}
+
+/// Starts, feeds and stops the fetchers.
+#[derive(Debug)]
+pub struct FetcherManager {
+    config: Arc<BrokerConfig>,
+    metadata: Arc<MetadataCache>,
+    network: Arc<dyn Network>,
+    broker_epoch: Arc<AtomicI64>,
+    metrics: Arc<BrokerMetrics>,
+    fetchers: Mutex<HashMap<(i32, usize), Arc<Fetcher>>>,
+    shutdown: CancellationToken,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl FetcherManager {
+    pub fn new(
+        config: Arc<BrokerConfig>,
+        metadata: Arc<MetadataCache>,
+        network: Arc<dyn Network>,
+        broker_epoch: Arc<AtomicI64>,
+        metrics: Arc<BrokerMetrics>,
+        shutdown: CancellationToken,
+    ) -> FetcherManager {
+        FetcherManager {
+            config,
+            metadata,
+            network,
+            broker_epoch,
+            metrics,
+            fetchers: Mutex::new(HashMap::new()),
+            shutdown,
+        }
+    }
+
+    fn fetcher_index(&self, tp: &TopicPartition) -> usize {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        tp.hash(&mut h);
+        (h.finish() % self.config.num_replica_fetchers as u64) as usize
+    }
+
+    /// Follows `leader_id` for `partition` in `leader_epoch`, starting with truncation.
+    /// Called for every LeaderAndIsr that makes this broker follower or changes the
+    /// leader epoch.
+    pub fn add_partition(
+        self: &Arc<Self>,
+        partition: Arc<Partition>,
+        leader_id: i32,
+        leader_epoch: i32,
+    ) {
+        let tp = partition.tp.clone();
+        self.remove_partition(&tp);
+        let key = (leader_id, self.fetcher_index(&tp));
+        let mut fetchers = self.fetchers.lock();
+        let fetcher = fetchers.entry(key).or_insert_with(|| {
+            let f = Arc::new(Fetcher {
+                leader_id,
+                partitions: Mutex::new(HashMap::new()),
+                changed: Notify::new(),
+            });
+            let task = FetcherTask {
+                manager: self.clone(),
+                fetcher: f.clone(),
+                key,
+                connection: None,
+            };
+            tokio::spawn(task.run());
+            f
+        });
+        fetcher.partitions.lock().insert(
+            tp,
+            FetchState {
+                partition,
+                leader_epoch,
+                phase: Phase::Truncating,
+                backoff_until: None,
+                lag: 0,
+            },
+        );
+        fetcher.changed.notify_one();
+    }
+
+    /// Stops fetching `tp` (it became leader, offline, or follows another leader).
+    pub fn remove_partition(&self, tp: &TopicPartition) {
+        for f in self.fetchers.lock().values() {
+            if f.partitions.lock().remove(tp).is_some() {
+                f.changed.notify_one();
+            }
+        }
+    }
+
+    /// Max over followed partitions of (leader HW − next fetch offset).
+    pub fn max_lag(&self) -> i64 {
+        self.fetchers
+            .lock()
+            .values()
+            .flat_map(|f| {
+                f.partitions
+                    .lock()
+                    .values()
+                    .map(|s| s.lag)
+                    .collect::<Vec<_>>()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Number of running fetcher tasks.
+    pub fn fetcher_count(&self) -> usize {
+        self.fetchers.lock().len()
+    }
+}
+
+struct FetcherTask {
+    manager: Arc<FetcherManager>,
+    fetcher: Arc<Fetcher>,
+    key: (i32, usize),
+    connection: Option<Connection>,
+}
+
+/// A snapshot of one partition for one round.
+struct Round {
+    tp: TopicPartition,
+    partition: Arc<Partition>,
+    leader_epoch: i32,
+}
+
+impl FetcherTask {
+    fn config(&self) -> &BrokerConfig {
+        &self.manager.config
+    }
+
+    async fn run(mut self) {
+        let leader = self.fetcher.leader_id;
+        tracing::debug!(leader, "replica fetcher started");
+        loop {
+            if self.manager.shutdown.is_cancelled() {
+                break;
+            }
+            let (truncating, fetching, next_wake) = self.snapshot();
+            if truncating.is_empty() && fetching.is_empty() && next_wake.is_none() {
+                // No partitions left: stop, unless one was added meanwhile.
+                let mut fetchers = self.manager.fetchers.lock();
+                if self.fetcher.partitions.lock().is_empty() {
+                    fetchers.remove(&self.key);
+                    break;
+                }
+                continue;
+            }
+            if truncating.is_empty() && fetching.is_empty() {
+                self.idle_until(next_wake).await;
+                continue;
+            }
+            let Some(conn) = self.connection().await else {
+                let backoff =
+                    Instant::now() + Duration::from_millis(self.config().replica_fetch_backoff_ms);
+                self.idle_until(Some(backoff)).await;
+                continue;
+            };
+            if !truncating.is_empty() {
+                self.truncate(&conn, truncating).await;
+                continue;
+            }
+            self.fetch(&conn, fetching).await;
+        }
+        tracing::debug!(leader, "replica fetcher stopped");
+    }
+
+    async fn idle_until(&self, deadline: Option<Instant>) {
+        let deadline = deadline.unwrap_or_else(|| Instant::now() + Duration::from_secs(1));
+        tokio::select! {
+            _ = self.fetcher.changed.notified() => {}
+            _ = tokio::time::sleep_until(deadline) => {}
+            _ = self.manager.shutdown.cancelled() => {}
+        }
+    }
+
+    fn snapshot(&self) -> (Vec<Round>, Vec<Round>, Option<Instant>) {
+        let now = Instant::now();
+        let mut truncating = Vec::new();
+        let mut fetching = Vec::new();
+        let mut next_wake: Option<Instant> = None;
+        for (tp, s) in self.fetcher.partitions.lock().iter() {
+            if let Some(until) = s.backoff_until.filter(|u| *u > now) {
+                next_wake = Some(next_wake.map_or(until, |w| w.min(until)));
+                continue;
+            }
+            let r = Round {
+                tp: tp.clone(),
+                partition: s.partition.clone(),
+                leader_epoch: s.leader_epoch,
+            };
+            match s.phase {
+                Phase::Truncating => truncating.push(r),
+                Phase::Fetching => fetching.push(r),
+            }
+        }
+        (truncating, fetching, next_wake)
+    }
+
+    async fn connection(&mut self) -> Option<Connection> {
+        if let Some(c) = self.connection.as_ref().filter(|c| !c.is_closed()) {
+            return Some(c.clone());
+        }
+        let leader = self.fetcher.leader_id;
+        let addr = self.manager.metadata.broker_address(leader)?;
+        let connect = self.manager.network.connect(&addr);
+        match tokio::time::timeout(Duration::from_secs(10), connect).await {
+            Ok(Ok(stream)) => {
+                let client_id = format!("replica-fetcher-{}-{}", self.config().node_id, leader);
+                let c = Connection::from_stream(
+                    stream,
+                    &addr,
+                    &client_id,
+                    self.config().socket_request_max_bytes,
+                );
+                self.connection = Some(c.clone());
+                Some(c)
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(leader, %addr, error = %e, "cannot connect to leader");
+                None
+            }
+            Err(_) => {
+                tracing::debug!(leader, %addr, "timed out connecting to leader");
+                None
+            }
+        }
+    }
+
+    /// Updates one partition's state if it is still the one this round was for.
+    fn update(&self, r: &Round, f: impl FnOnce(&mut FetchState)) {
+        if let Some(s) = self.fetcher.partitions.lock().get_mut(&r.tp) {
+            if Arc::ptr_eq(&s.partition, &r.partition) && s.leader_epoch == r.leader_epoch {
+                f(s);
+            }
+        }
+    }
+
+    fn back_off(&self, r: &Round) {
+        let until = Instant::now() + Duration::from_millis(self.config().replica_fetch_backoff_ms);
+        self.update(r, |s| s.backoff_until = Some(until));
+    }
+
+    /// One round of epoch-based truncation for the partitions that need it.
+    async fn truncate(&mut self, conn: &Connection, rounds: Vec<Round>) {
+        let mut asks = Vec::new();
+        for r in rounds {
+            let (_, latest_epoch, _) = r.partition.follower_fetch_position();
+            match latest_epoch {
+                // Nothing written under any epoch: nothing to truncate.
+                None => self.update(&r, |s| s.phase = Phase::Fetching),
+                Some(epoch) => asks.push((r, epoch)),
+            }
+        }
+        if asks.is_empty() {
+            return;
+        }
+        let mut by_topic: HashMap<Arc<str>, Vec<pb::OffsetForLeaderPartition>> = HashMap::new();
+        for (r, epoch) in &asks {
+            by_topic
+                .entry(r.tp.topic.clone())
+                .or_default()
+                .push(pb::OffsetForLeaderPartition {
+                    partition: r.tp.partition,
+                    current_leader_epoch: Some(r.leader_epoch),
+                    leader_epoch: *epoch,
+                });
+        }
+        let req = pb::OffsetsForLeaderEpochRequest {
+            replica_id: self.config().node_id,
+            topics: by_topic
+                .into_iter()
+                .map(|(topic, partitions)| pb::OffsetForLeaderTopic {
+                    topic: topic.to_string(),
+                    partitions,
+                })
+                .collect(),
+        };
+        let response = match self
+            .send(
+                conn,
+                pb::request::Body::OffsetsForLeaderEpoch(req),
+                REQUEST_TIMEOUT,
+            )
+            .await
+        {
+            Some(pb::response::Body::OffsetsForLeaderEpoch(r)) => r,
+            _ => {
+                for (r, _) in &asks {
+                    self.back_off(r);
+                }
+                return;
+            }
+        };
+        let mut answers: HashMap<(String, i32), pb::EpochEndOffsetResult> = HashMap::new();
+        for t in response.topics {
+            for p in t.partitions {
+                answers.insert((t.topic.clone(), p.partition), p);
+            }
+        }
+        for (r, asked_epoch) in asks {
+            let Some(a) = answers.remove(&(r.tp.topic.to_string(), r.tp.partition)) else {
+                self.back_off(&r);
+                continue;
+            };
+            let code = ErrorCode::from_wire(a.error_code);
+            if code != ErrorCode::None {
+                tracing::debug!(partition = %r.tp, error = %code, "OffsetsForLeaderEpoch failed");
+                self.back_off(&r);
+                continue;
+            }
+            let leader_end = LeaderEpochEnd {
+                epoch: a.leader_epoch,
+                end_offset: a.end_offset,
+            };
+            self.apply_truncation(&r, leader_end, Some(asked_epoch));
+        }
+    }
+
+    /// Truncates as the leader's answer (or a fetch's diverging epoch) requires.
+    fn apply_truncation(&self, r: &Round, leader_end: LeaderEpochEnd, asked_epoch: Option<i32>) {
+        let p = &r.partition;
+        let (leo, _, _) = p.follower_fetch_position();
+        let decision = decide(leader_end, leo, p.high_watermark(), |e| {
+            p.local_end_offset_for_epoch(e)
+        });
+        match p.truncate_to(decision.offset, r.leader_epoch) {
+            Ok(new_leo) => {
+                if new_leo < leo {
+                    tracing::info!(
+                        topic = %r.tp.topic, partition = r.tp.partition, asked_epoch = ?asked_epoch,
+                        leader_epoch = leader_end.epoch, leader_end_offset = leader_end.end_offset,
+                        from = leo, to = new_leo, "truncation"
+                    );
+                }
+                let phase = if decision.complete {
+                    Phase::Fetching
+                } else {
+                    Phase::Truncating
+                };
+                self.update(r, |s| s.phase = phase);
+            }
+            Err(code) => {
+                tracing::debug!(partition = %r.tp, error = %code, "truncation refused");
+                self.back_off(r);
+            }
+        }
+    }
+
+    async fn send(
+        &mut self,
+        conn: &Connection,
+        body: pb::request::Body,
+        timeout: Duration,
+    ) -> Option<pb::response::Body> {
+        match tokio::time::timeout(timeout, conn.send(body)).await {
+            Ok(Ok(b)) => Some(b),
+            Ok(Err(e)) => {
+                tracing::debug!(leader = self.fetcher.leader_id, error = %e, "request to leader failed");
+                self.connection = None;
+                None
+            }
+            Err(_) => {
+                tracing::debug!(
+                    leader = self.fetcher.leader_id,
+                    "request to leader timed out"
+                );
+                self.connection = None;
+                None
+            }
+        }
+    }
+
+    async fn fetch(&mut self, conn: &Connection, rounds: Vec<Round>) {
+        let config = self.manager.config.clone();
+        let mut by_topic: HashMap<Arc<str>, Vec<pb::FetchPartition>> = HashMap::new();
+        let mut offsets = HashMap::new();
+        for r in &rounds {
+            let (leo, latest_epoch, log_start) = r.partition.follower_fetch_position();
+            offsets.insert(r.tp.clone(), leo);
+            by_topic
+                .entry(r.tp.topic.clone())
+                .or_default()
+                .push(pb::FetchPartition {
+                    partition: r.tp.partition,
+                    current_leader_epoch: Some(r.leader_epoch),
+                    fetch_offset: leo,
+                    last_fetched_epoch: latest_epoch,
+                    log_start_offset: log_start,
+                    partition_max_bytes: config.replica_fetch_max_bytes as i32,
+                });
+        }
+        let req = pb::FetchRequest {
+            replica_id: config.node_id,
+            replica_epoch: self.manager.broker_epoch.load(Ordering::Acquire),
+            max_wait_ms: config.replica_fetch_wait_max_ms as i32,
+            min_bytes: config.replica_fetch_min_bytes as i32,
+            max_bytes: config.replica_fetch_response_max_bytes as i32,
+            isolation_level: pb::IsolationLevel::ReadUncommitted as i32,
+            session_id: 0,
+            session_epoch: -1,
+            topics: by_topic
+                .into_iter()
+                .map(|(topic, partitions)| pb::FetchTopic {
+                    topic: topic.to_string(),
+                    partitions,
+                })
+                .collect(),
+            ..Default::default()
+        };
+        self.manager.metrics.fetcher_request(self.fetcher.leader_id);
+        let wait = Duration::from_millis(config.replica_fetch_wait_max_ms);
+        let response = match self
+            .send(conn, pb::request::Body::Fetch(req), wait + REQUEST_TIMEOUT)
+            .await
+        {
+            Some(pb::response::Body::Fetch(r)) => r,
+            _ => {
+                for r in &rounds {
+                    self.back_off(r);
+                }
+                return;
+            }
+        };
+        if response.error_code != ErrorCode::None as i32 {
+            for r in &rounds {
+                self.back_off(r);
+            }
+            return;
+        }
+        let mut by_tp: HashMap<(String, i32), pb::PartitionData> = HashMap::new();
+        for t in response.responses {
+            for p in t.partitions {
+                by_tp.insert((t.topic.clone(), p.partition), p);
+            }
+        }
+        let now_ms = now_ms();
+        for r in rounds {
+            let Some(data) = by_tp.remove(&(r.tp.topic.to_string(), r.tp.partition)) else {
+                continue;
+            };
+            let fetch_offset = offsets[&r.tp];
+            self.handle_partition(conn, &r, data, fetch_offset, now_ms)
+                .await;
+        }
+    }
+
+    async fn handle_partition(
+        &mut self,
+        conn: &Connection,
+        r: &Round,
+        data: pb::PartitionData,
+        fetch_offset: i64,
+        now_ms: i64,
+    ) {
+        // Removed or re-added with another epoch while the fetch was in flight.
+        let current = self.fetcher.partitions.lock().get(&r.tp).is_some_and(|s| {
+            Arc::ptr_eq(&s.partition, &r.partition) && s.leader_epoch == r.leader_epoch
+        });
+        if !current {
+            return;
+        }
+        match ErrorCode::from_wire(data.error_code) {
+            ErrorCode::None => {
+                if let Some(d) = data.diverging_epoch {
+                    let end = LeaderEpochEnd {
+                        epoch: d.epoch,
+                        end_offset: d.end_offset,
+                    };
+                    self.apply_truncation(r, end, None);
+                    return;
+                }
+                match r.partition.append_as_follower(
+                    &data.records,
+                    data.high_watermark,
+                    r.leader_epoch,
+                    now_ms,
+                ) {
+                    Ok(leo) => {
+                        let lag = (data.high_watermark - leo).max(0);
+                        self.update(r, |s| s.lag = lag);
+                    }
+                    Err(code) => {
+                        tracing::warn!(partition = %r.tp, fetch_offset, error = %code, "follower append failed");
+                        self.back_off(r);
+                    }
+                }
+            }
+            ErrorCode::OffsetOutOfRange => self.handle_out_of_range(conn, r).await,
+            code => {
+                tracing::debug!(partition = %r.tp, error = %code, "fetch error");
+                self.back_off(r);
+            }
+        }
+    }
+
+    /// Our fetch offset is outside the leader's log: either below its log start
+    /// (retention moved on: start over there) or above its end (truncate by epoch).
+    async fn handle_out_of_range(&mut self, conn: &Connection, r: &Round) {
+        let req = pb::ListOffsetsRequest {
+            replica_id: self.config().node_id,
+            isolation_level: 0,
+            topics: vec![pb::ListOffsetsTopic {
+                name: r.tp.topic.to_string(),
+                partitions: vec![pb::ListOffsetsPartition {
+                    partition: r.tp.partition,
+                    current_leader_epoch: Some(r.leader_epoch),
+                    timestamp: EARLIEST_TIMESTAMP,
+                }],
+            }],
+        };
+        let earliest = match self
+            .send(conn, pb::request::Body::ListOffsets(req), REQUEST_TIMEOUT)
+            .await
+        {
+            Some(pb::response::Body::ListOffsets(resp)) => resp
+                .topics
+                .into_iter()
+                .flat_map(|t| t.partitions)
+                .find(|p| p.error_code == 0)
+                .map(|p| p.offset),
+            _ => None,
+        };
+        let Some(earliest) = earliest else {
+            self.back_off(r);
+            return;
+        };
+        let (leo, _, _) = r.partition.follower_fetch_position();
+        if leo < earliest {
+            if r.partition
+                .truncate_fully_and_start_at(earliest, r.leader_epoch)
+                .is_err()
+            {
+                self.back_off(r);
+            }
+        } else {
+            self.update(r, |s| s.phase = Phase::Truncating);
+        }
+    }
+}

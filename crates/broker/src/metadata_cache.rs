@@ -1,0 +1,417 @@
+//! This broker's copy of the cluster metadata, as the controller last announced it
+//! (LeaderAndIsr carries brokers, topic configs and partition states). Any broker
+//! answers Metadata, DescribeTopics and DescribeCluster from it.
+
+use std::collections::{BTreeMap, HashMap};
+
+use parking_lot::RwLock;
+use syncline_proto::{pb, ErrorCode, NO_LEADER};
+use tokio::sync::Notify;
+
+#[derive(Debug, Default)]
+struct TopicImage {
+    configs: HashMap<String, String>,
+    partitions: BTreeMap<i32, pb::PartitionState>,
+}
+
+#[derive(Debug)]
+struct Image {
+    cluster_id: String,
+    controller_id: i32,
+    controller_epoch: i32,
+    metadata_offset: i64,
+    brokers: BTreeMap<i32, pb::BrokerInfo>,
+    topics: BTreeMap<String, TopicImage>,
+}
+
+/// The cluster as this broker knows it.
+#[derive(Debug)]
+pub struct MetadataCache {
+    image: RwLock<Image>,
+    changed: Notify,
+    /// Held for the whole application of an announcement (cache and roles), so a
+    /// reader waiting for a change sees it only once it has fully taken effect.
+    update: parking_lot::Mutex<()>,
+}
+
+/// What an announcement changed.
+#[derive(Debug, Default)]
+pub struct AppliedMetadata {
+    /// Partition states newer than what the cache had (or that a full sync repeats).
+    pub partitions: Vec<pb::PartitionState>,
+    /// Topics whose configs changed.
+    pub changed_configs: Vec<String>,
+}
+
+impl MetadataCache {
+    pub fn new(cluster_id: &str, controller_id: i32) -> MetadataCache {
+        MetadataCache {
+            image: RwLock::new(Image {
+                cluster_id: cluster_id.to_string(),
+                controller_id,
+                controller_epoch: -1,
+                metadata_offset: -1,
+                brokers: BTreeMap::new(),
+                topics: BTreeMap::new(),
+            }),
+            changed: Notify::new(),
+            update: parking_lot::Mutex::new(()),
+        }
+    }
+
+    /// Serialises announcements: hold the guard while applying one (see `update`).
+    pub fn lock_for_update(&self) -> parking_lot::MutexGuard<'_, ()> {
+        self.update.lock()
+    }
+
+    /// Wakes [`MetadataCache::wait_for_leaders`] callers: call once an announcement is
+    /// fully applied (partitions created, roles taken), not just cached.
+    pub fn notify_applied(&self) {
+        self.changed.notify_waiters();
+    }
+
+    /// Waits until every topic in `topics` has all its partitions with a leader, or
+    /// `timeout` passes. Returns whether they are all there.
+    pub async fn wait_for_leaders(&self, topics: &[String], timeout: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let changed = self.changed.notified();
+            if self.have_leaders(topics) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return self.have_leaders(topics);
+            }
+        }
+    }
+
+    fn have_leaders(&self, topics: &[String]) -> bool {
+        let _applied = self.update.lock();
+        let image = self.image.read();
+        topics.iter().all(|t| {
+            image.topics.get(t).is_some_and(|t| {
+                !t.partitions.is_empty() && t.partitions.values().all(|p| p.leader != NO_LEADER)
+            })
+        })
+    }
+
+    /// The controller epoch of the last applied announcement.
+    pub fn controller_epoch(&self) -> i32 {
+        self.image.read().controller_epoch
+    }
+
+    /// The metadata log offset the cache is up to.
+    pub fn metadata_offset(&self) -> i64 {
+        self.image.read().metadata_offset
+    }
+
+    /// Applies a LeaderAndIsr request. Partition states older than the cached ones are
+    /// skipped; on a full sync every state is returned so the caller re-checks roles.
+    pub fn apply(&self, req: &pb::LeaderAndIsrRequest) -> AppliedMetadata {
+        let mut image = self.image.write();
+        let mut applied = AppliedMetadata::default();
+        image.controller_epoch = image.controller_epoch.max(req.controller_epoch);
+        image.controller_id = req.controller_id;
+        image.metadata_offset = image.metadata_offset.max(req.metadata_offset);
+        if req.full || !req.brokers.is_empty() {
+            if req.full {
+                image.brokers.clear();
+            }
+            for b in &req.brokers {
+                if let Some(e) = &b.endpoint {
+                    image.brokers.insert(e.node_id, b.clone());
+                }
+            }
+        }
+        for t in &req.topics {
+            let topic = image.topics.entry(t.name.clone()).or_default();
+            if topic.configs != t.configs {
+                topic.configs = t.configs.clone();
+                applied.changed_configs.push(t.name.clone());
+            }
+        }
+        for ps in &req.partition_states {
+            let topic = image.topics.entry(ps.topic.clone()).or_default();
+            let newer = match topic.partitions.get(&ps.partition) {
+                None => true,
+                Some(old) => {
+                    ps.partition_epoch > old.partition_epoch
+                        || ps.leader_epoch > old.leader_epoch
+                        || (req.full && ps.partition_epoch == old.partition_epoch)
+                }
+            };
+            let stale = topic.partitions.get(&ps.partition).is_some_and(|old| {
+                ps.leader_epoch < old.leader_epoch || ps.partition_epoch < old.partition_epoch
+            });
+            if newer && !stale {
+                topic.partitions.insert(ps.partition, ps.clone());
+                applied.partitions.push(ps.clone());
+            }
+        }
+        applied
+    }
+
+    /// host:port of a broker.
+    pub fn broker_address(&self, id: i32) -> Option<String> {
+        let image = self.image.read();
+        let e = image.brokers.get(&id)?.endpoint.as_ref()?;
+        Some(format!("{}:{}", e.host, e.port))
+    }
+
+    /// A topic's configs (empty when unknown).
+    pub fn topic_configs(&self, topic: &str) -> HashMap<String, String> {
+        self.image
+            .read()
+            .topics
+            .get(topic)
+            .map(|t| t.configs.clone())
+            .unwrap_or_default()
+    }
+
+    /// The partition's announced state.
+    pub fn partition_state(&self, topic: &str, partition: i32) -> Option<pb::PartitionState> {
+        self.image
+            .read()
+            .topics
+            .get(topic)?
+            .partitions
+            .get(&partition)
+            .cloned()
+    }
+
+    /// Number of partitions of a topic (None when unknown).
+    pub fn partition_count(&self, topic: &str) -> Option<usize> {
+        let image = self.image.read();
+        let t = image.topics.get(topic)?;
+        (!t.partitions.is_empty()).then_some(t.partitions.len())
+    }
+
+    fn is_live(image: &Image, id: i32) -> bool {
+        image.brokers.get(&id).is_some_and(|b| !b.fenced)
+    }
+
+    /// The Metadata response: unfenced brokers and the requested topics (all when
+    /// `topics` is empty).
+    pub fn metadata(&self, topics: &[String]) -> pb::MetadataResponse {
+        let image = self.image.read();
+        let brokers = image
+            .brokers
+            .values()
+            .filter(|b| !b.fenced)
+            .filter_map(|b| b.endpoint.clone())
+            .collect();
+        let names: Vec<String> = if topics.is_empty() {
+            image.topics.keys().cloned().collect()
+        } else {
+            topics.to_vec()
+        };
+        let topics = names
+            .into_iter()
+            .map(
+                |name| match image.topics.get(&name).filter(|t| !t.partitions.is_empty()) {
+                    None => pb::TopicMetadata {
+                        name,
+                        error_code: ErrorCode::UnknownTopicOrPartition as i32,
+                        partitions: vec![],
+                    },
+                    Some(t) => pb::TopicMetadata {
+                        name,
+                        error_code: ErrorCode::None as i32,
+                        partitions: t
+                            .partitions
+                            .values()
+                            .map(|ps| pb::PartitionMetadata {
+                                partition: ps.partition,
+                                error_code: if ps.leader == NO_LEADER {
+                                    ErrorCode::LeaderNotAvailable as i32
+                                } else {
+                                    ErrorCode::None as i32
+                                },
+                                leader_id: ps.leader,
+                                leader_epoch: ps.leader_epoch,
+                                replicas: ps.replicas.clone(),
+                                isr: ps.isr.clone(),
+                                offline_replicas: ps
+                                    .replicas
+                                    .iter()
+                                    .copied()
+                                    .filter(|r| !Self::is_live(&image, *r))
+                                    .collect(),
+                            })
+                            .collect(),
+                    },
+                },
+            )
+            .collect();
+        pb::MetadataResponse {
+            cluster_id: image.cluster_id.clone(),
+            controller_id: image.controller_id,
+            brokers,
+            topics,
+        }
+    }
+
+    /// DescribeTopics from the cluster's point of view (leader-only fields unset).
+    pub fn describe_topics(&self, topics: &[String]) -> pb::DescribeTopicsResponse {
+        let image = self.image.read();
+        let names: Vec<String> = if topics.is_empty() {
+            image.topics.keys().cloned().collect()
+        } else {
+            topics.to_vec()
+        };
+        pb::DescribeTopicsResponse {
+            topics: names
+                .into_iter()
+                .map(
+                    |name| match image.topics.get(&name).filter(|t| !t.partitions.is_empty()) {
+                        None => pb::TopicDescription {
+                            name,
+                            error_code: ErrorCode::UnknownTopicOrPartition as i32,
+                            ..Default::default()
+                        },
+                        Some(t) => pb::TopicDescription {
+                            name,
+                            error_code: ErrorCode::None as i32,
+                            configs: t.configs.clone(),
+                            partitions: t
+                                .partitions
+                                .values()
+                                .map(|ps| pb::PartitionDescription {
+                                    partition: ps.partition,
+                                    error_code: ErrorCode::None as i32,
+                                    leader_id: ps.leader,
+                                    leader_epoch: ps.leader_epoch,
+                                    partition_epoch: ps.partition_epoch,
+                                    replicas: ps.replicas.clone(),
+                                    isr: ps.isr.clone(),
+                                    ..Default::default()
+                                })
+                                .collect(),
+                        },
+                    },
+                )
+                .collect(),
+        }
+    }
+
+    /// DescribeCluster: every registered broker.
+    pub fn describe_cluster(&self) -> pb::DescribeClusterResponse {
+        let image = self.image.read();
+        pb::DescribeClusterResponse {
+            error_code: ErrorCode::None as i32,
+            cluster_id: image.cluster_id.clone(),
+            controller_id: image.controller_id,
+            brokers: image.brokers.values().cloned().collect(),
+        }
+    }
+
+    /// Partitions whose leader is offline, and partitions total (for metrics).
+    pub fn counts(&self) -> (usize, usize) {
+        let image = self.image.read();
+        let mut offline = 0;
+        let mut total = 0;
+        for t in image.topics.values() {
+            for ps in t.partitions.values() {
+                total += 1;
+                if ps.leader == NO_LEADER {
+                    offline += 1;
+                }
+            }
+        }
+        (offline, total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ps(
+        partition: i32,
+        leader: i32,
+        leader_epoch: i32,
+        partition_epoch: i32,
+    ) -> pb::PartitionState {
+        pb::PartitionState {
+            topic: "t".into(),
+            partition,
+            leader,
+            leader_epoch,
+            isr: vec![leader],
+            partition_epoch,
+            replicas: vec![1, 2, 3],
+        }
+    }
+
+    fn req(states: Vec<pb::PartitionState>, full: bool) -> pb::LeaderAndIsrRequest {
+        pb::LeaderAndIsrRequest {
+            controller_id: 1,
+            controller_epoch: 1,
+            metadata_offset: 10,
+            full,
+            partition_states: states,
+            brokers: (1..=3)
+                .map(|id| pb::BrokerInfo {
+                    endpoint: Some(pb::BrokerEndpoint {
+                        node_id: id,
+                        host: "127.0.0.1".into(),
+                        port: 9090 + id,
+                        rack: String::new(),
+                    }),
+                    broker_epoch: id as i64,
+                    fenced: id == 3,
+                    metrics_address: String::new(),
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn stale_states_are_skipped_and_newer_ones_applied() {
+        let c = MetadataCache::new("c", 1);
+        assert_eq!(
+            c.apply(&req(vec![ps(0, 1, 2, 5)], false)).partitions.len(),
+            1
+        );
+        assert!(c
+            .apply(&req(vec![ps(0, 2, 1, 4)], false))
+            .partitions
+            .is_empty());
+        assert_eq!(c.partition_state("t", 0).unwrap().leader, 1);
+        assert_eq!(
+            c.apply(&req(vec![ps(0, 2, 3, 6)], false)).partitions.len(),
+            1
+        );
+        assert_eq!(c.partition_state("t", 0).unwrap().leader, 2);
+        // A full sync repeats current states so roles are re-checked.
+        assert_eq!(
+            c.apply(&req(vec![ps(0, 2, 3, 6)], true)).partitions.len(),
+            1
+        );
+    }
+
+    #[test]
+    fn metadata_lists_unfenced_brokers_and_offline_replicas() {
+        let c = MetadataCache::new("c", 1);
+        c.apply(&req(vec![ps(0, 1, 0, 0), ps(1, -1, 0, 0)], true));
+        let m = c.metadata(&[]);
+        assert_eq!(
+            m.brokers.iter().map(|b| b.node_id).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        let t = &m.topics[0];
+        assert_eq!(t.partitions[0].offline_replicas, vec![3]);
+        assert_eq!(
+            t.partitions[1].error_code,
+            ErrorCode::LeaderNotAvailable as i32
+        );
+        let unknown = c.metadata(&["nope".into()]);
+        assert_eq!(
+            unknown.topics[0].error_code,
+            ErrorCode::UnknownTopicOrPartition as i32
+        );
+        assert_eq!(c.broker_address(2).as_deref(), Some("127.0.0.1:9092"));
+        assert_eq!(c.counts(), (1, 2));
+    }
+}

@@ -1,0 +1,321 @@
+//! The broker's metrics: one Prometheus registry per broker (several brokers in one
+//! process never share metrics), served as text on `metrics_listen`. Names are
+//! fixed so dashboards and scripts can rely on them (see docs/metrics.md).
+//!
+//! Counters are incremented on the hot path (atomics, handles resolved up front);
+//! gauges over partitions are computed when scraped.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use syncline_proto::pb;
+
+/// Most partitions that get per-partition series (bounded cardinality).
+pub const MAX_PARTITION_SERIES: usize = 1000;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ApiLabel {
+    api: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OperationLabel {
+    operation: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LeaderLabel {
+    leader: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PartitionLabel {
+    pub topic: String,
+    pub partition: String,
+}
+
+/// Request count and latency of one API.
+#[derive(Debug)]
+pub struct ApiMetrics {
+    requests: Counter,
+    latency: Histogram,
+}
+
+impl ApiMetrics {
+    /// A request of this API was answered after `elapsed`.
+    pub fn observe(&self, elapsed: Duration, _response_bytes: usize) {
+        self.latency.observe(elapsed.as_secs_f64());
+    }
+}
+
+/// Every metric of one broker.
+#[derive(Debug)]
+pub struct BrokerMetrics {
+    registry: Registry,
+    isr_shrinks: Counter,
+    isr_expands: Counter,
+    failed_isr_updates: Counter,
+    pub under_replicated_partitions: Gauge,
+    pub under_min_isr_partition_count: Gauge,
+    pub at_min_isr_partition_count: Gauge,
+    pub leader_count: Gauge,
+    pub partition_count: Gauge,
+    pub offline_partitions_count: Gauge,
+    unclean_leader_elections: Counter,
+    unclean_seen: AtomicU64,
+    pub active_controller: Gauge,
+    pub replica_fetcher_max_lag: Gauge,
+    fetcher_requests: Family<LeaderLabel, Counter>,
+    purgatory_size: Family<OperationLabel, Gauge>,
+    apis: Vec<Arc<ApiMetrics>>,
+    bytes_in: Counter,
+    bytes_out: Counter,
+    pub partition_isr_size: Family<PartitionLabel, Gauge>,
+    pub partition_max_replica_lag: Family<PartitionLabel, Gauge>,
+}
+
+impl Default for BrokerMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl BrokerMetrics {
+    pub fn new() -> BrokerMetrics {
+        let mut registry = Registry::with_prefix("syncline");
+        let isr_shrinks = Counter::default();
+        let isr_expands = Counter::default();
+        let failed_isr_updates = Counter::default();
+        registry.register(
+            "isr_shrinks",
+            "ISR shrinks committed for partitions this broker leads (Kafka IsrShrinksPerSec)",
+            isr_shrinks.clone(),
+        );
+        registry.register(
+            "isr_expands",
+            "ISR expansions committed for partitions this broker leads (Kafka IsrExpandsPerSec)",
+            isr_expands.clone(),
+        );
+        registry.register(
+            "failed_isr_updates",
+            "AlterPartition proposals the controller refused or that failed",
+            failed_isr_updates.clone(),
+        );
+        let gauge = |registry: &mut Registry, name: &str, help: &str| {
+            let g = Gauge::default();
+            registry.register(name, help, g.clone());
+            g
+        };
+        let under_replicated_partitions = gauge(
+            &mut registry,
+            "under_replicated_partitions",
+            "Partitions led here whose ISR is smaller than the replica set",
+        );
+        let under_min_isr_partition_count = gauge(
+            &mut registry,
+            "under_min_isr_partition_count",
+            "Partitions led here whose ISR is below min.insync.replicas",
+        );
+        let at_min_isr_partition_count = gauge(
+            &mut registry,
+            "at_min_isr_partition_count",
+            "Partitions led here whose ISR is exactly min.insync.replicas",
+        );
+        let leader_count = gauge(
+            &mut registry,
+            "leader_count",
+            "Partitions this broker leads",
+        );
+        let partition_count = gauge(
+            &mut registry,
+            "partition_count",
+            "Partition replicas this broker hosts",
+        );
+        let offline_partitions_count = gauge(
+            &mut registry,
+            "offline_partitions_count",
+            "Partitions without a leader (reported by the active controller)",
+        );
+        let unclean_leader_elections = Counter::default();
+        registry.register(
+            "unclean_leader_elections",
+            "Leaders elected from outside the ISR (reported by the active controller)",
+            unclean_leader_elections.clone(),
+        );
+        let active_controller = gauge(
+            &mut registry,
+            "active_controller",
+            "1 on the broker hosting the active controller",
+        );
+        let replica_fetcher_max_lag = gauge(
+            &mut registry,
+            "replica_fetcher_max_lag",
+            "Max over followed partitions of leader high watermark minus next fetch offset",
+        );
+        let fetcher_requests = Family::<LeaderLabel, Counter>::default();
+        registry.register(
+            "replica_fetcher_requests",
+            "Fetch requests sent by this broker's replica fetchers, per source leader",
+            fetcher_requests.clone(),
+        );
+        let purgatory_size = Family::<OperationLabel, Gauge>::default();
+        registry.register(
+            "purgatory_size",
+            "Delayed operations waiting in a purgatory",
+            purgatory_size.clone(),
+        );
+        let requests = Family::<ApiLabel, Counter>::default();
+        registry.register("requests", "Requests received, per API", requests.clone());
+        let latency = Family::<ApiLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.000_05, 2.0, 20))
+        });
+        registry.register(
+            "request_duration_seconds",
+            "Time from a request's arrival to its response, per API",
+            latency.clone(),
+        );
+        let apis = syncline_proto::API_NAMES
+            .iter()
+            .map(|api| {
+                let label = ApiLabel { api };
+                Arc::new(ApiMetrics {
+                    requests: requests.get_or_create_owned(&label),
+                    latency: latency.get_or_create_owned(&label),
+                })
+            })
+            .collect();
+        let bytes_in = Counter::default();
+        registry.register(
+            "bytes_in",
+            "Record bytes appended by producers",
+            bytes_in.clone(),
+        );
+        let bytes_out = Counter::default();
+        registry.register(
+            "bytes_out",
+            "Record bytes sent to consumers and followers",
+            bytes_out.clone(),
+        );
+        let partition_isr_size = Family::<PartitionLabel, Gauge>::default();
+        registry.register(
+            "partition_isr_size",
+            "ISR size of each partition led here (first 1000 partitions)",
+            partition_isr_size.clone(),
+        );
+        let partition_max_replica_lag = Family::<PartitionLabel, Gauge>::default();
+        registry.register(
+            "partition_max_replica_lag",
+            "Largest follower lag in offsets of each partition led here (first 1000 partitions)",
+            partition_max_replica_lag.clone(),
+        );
+        for op in ["fetch", "produce"] {
+            drop(purgatory_size.get_or_create(&OperationLabel { operation: op }));
+        }
+        BrokerMetrics {
+            registry,
+            isr_shrinks,
+            isr_expands,
+            failed_isr_updates,
+            under_replicated_partitions,
+            under_min_isr_partition_count,
+            at_min_isr_partition_count,
+            leader_count,
+            partition_count,
+            offline_partitions_count,
+            unclean_leader_elections,
+            unclean_seen: AtomicU64::new(0),
+            active_controller,
+            replica_fetcher_max_lag,
+            fetcher_requests,
+            purgatory_size,
+            apis,
+            bytes_in,
+            bytes_out,
+            partition_isr_size,
+            partition_max_replica_lag,
+        }
+    }
+
+    /// Counts a request of `body`'s API and returns its metrics handle.
+    pub fn api(&self, body: &pb::request::Body, _frame_bytes: usize) -> Arc<ApiMetrics> {
+        let name = syncline_proto::api_name(body);
+        let idx = syncline_proto::API_NAMES
+            .iter()
+            .position(|n| *n == name)
+            .unwrap_or(0);
+        let api = self.apis[idx].clone();
+        api.requests.inc();
+        api
+    }
+
+    pub fn isr_shrink(&self) {
+        self.isr_shrinks.inc();
+    }
+
+    pub fn isr_expand(&self) {
+        self.isr_expands.inc();
+    }
+
+    pub fn failed_isr_update(&self) {
+        self.failed_isr_updates.inc();
+    }
+
+    pub fn isr_shrinks_total(&self) -> u64 {
+        self.isr_shrinks.get()
+    }
+
+    pub fn isr_expands_total(&self) -> u64 {
+        self.isr_expands.get()
+    }
+
+    pub fn bytes_in(&self, n: usize) {
+        self.bytes_in.inc_by(n as u64);
+    }
+
+    pub fn bytes_out(&self, n: usize) {
+        self.bytes_out.inc_by(n as u64);
+    }
+
+    pub fn fetcher_request(&self, leader: i32) {
+        self.fetcher_requests
+            .get_or_create(&LeaderLabel {
+                leader: leader.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn set_purgatory_sizes(&self, fetch: usize, produce: usize) {
+        self.purgatory_size
+            .get_or_create(&OperationLabel { operation: "fetch" })
+            .set(fetch as i64);
+        self.purgatory_size
+            .get_or_create(&OperationLabel {
+                operation: "produce",
+            })
+            .set(produce as i64);
+    }
+
+    /// Brings the unclean-elections counter up to the controller's running total.
+    pub fn set_unclean_elections_total(&self, total: u64) {
+        let seen = self.unclean_seen.swap(total, Ordering::AcqRel);
+        if total > seen {
+            self.unclean_leader_elections.inc_by(total - seen);
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}

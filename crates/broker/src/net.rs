@@ -1,0 +1,69 @@
+//! The network seam: everything the broker does on the network goes through
+//! [`Network`], so a whole cluster can run over a simulated or fault-injecting
+//! network instead of TCP.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// A byte stream to a peer.
+pub trait Stream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Stream for T {}
+
+/// A boxed byte stream.
+pub type BoxStream = Box<dyn Stream>;
+
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Accepts incoming streams.
+pub trait Listener: Send + 'static {
+    /// Waits for the next connection: (stream, peer address).
+    fn accept(&mut self) -> BoxFuture<'_, io::Result<(BoxStream, String)>>;
+    /// The address actually bound (port 0 resolved).
+    fn local_addr(&self) -> io::Result<std::net::SocketAddr>;
+}
+
+/// Binds listeners and opens connections.
+pub trait Network: Send + Sync + std::fmt::Debug + 'static {
+    fn bind<'a>(&'a self, addr: &'a str) -> BoxFuture<'a, io::Result<Box<dyn Listener>>>;
+    fn connect<'a>(&'a self, addr: &'a str) -> BoxFuture<'a, io::Result<BoxStream>>;
+}
+
+/// Plain TCP.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Tcp;
+
+struct TcpListener(tokio::net::TcpListener);
+
+impl Listener for TcpListener {
+    fn accept(&mut self) -> BoxFuture<'_, io::Result<(BoxStream, String)>> {
+        Box::pin(async move {
+            let (s, peer) = self.0.accept().await?;
+            let _ = s.set_nodelay(true);
+            Ok((Box::new(s) as BoxStream, peer.to_string()))
+        })
+    }
+
+    fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
+        self.0.local_addr()
+    }
+}
+
+impl Network for Tcp {
+    fn bind<'a>(&'a self, addr: &'a str) -> BoxFuture<'a, io::Result<Box<dyn Listener>>> {
+        Box::pin(async move {
+            let l = tokio::net::TcpListener::bind(addr).await?;
+            Ok(Box::new(TcpListener(l)) as Box<dyn Listener>)
+        })
+    }
+
+    fn connect<'a>(&'a self, addr: &'a str) -> BoxFuture<'a, io::Result<BoxStream>> {
+        Box::pin(async move {
+            let s = tokio::net::TcpStream::connect(addr).await?;
+            let _ = s.set_nodelay(true);
+            Ok(Box::new(s) as BoxStream)
+        })
+    }
+}

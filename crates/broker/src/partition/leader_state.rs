@@ -1,0 +1,715 @@
+//! The leader's replication bookkeeping for one partition, as a pure state machine:
+//! follower log end offsets (reported by their fetches), `last_caught_up` times, the
+//! ISR (committed, and the one proposed to the controller), and the high watermark.
+//! No I/O and no clock: every method takes `now`. The partition shell executes what
+//! these methods decide (send an AlterPartition, wake the purgatories).
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// One follower as the leader sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FollowerState {
+    pub broker_id: i32,
+    /// Broker epoch the follower last fetched with (-1 unknown).
+    pub broker_epoch: i64,
+    /// Its log end offset, from its last fetch (-1: not heard from under this leader).
+    pub log_end_offset: i64,
+    /// Last time it was known to be caught up with the leader's LEO.
+    pub last_caught_up: Option<Instant>,
+    /// Time of its previous fetch and the leader's LEO at that time (the second rule
+    /// of the caught-up update).
+    last_fetch: Option<(Instant, i64)>,
+}
+
+/// An ISR change proposed to the controller and not yet answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingIsr {
+    /// The proposed ISR.
+    pub isr: Vec<i32>,
+    /// Why (for the log line and the counters).
+    pub change: IsrChangeKind,
+}
+
+/// Direction of an ISR change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IsrChangeKind {
+    Shrink,
+    Expand,
+}
+
+/// An ISR change the shell must send to the controller, with the facts behind it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IsrProposal {
+    pub kind: IsrChangeKind,
+    pub new_isr: Vec<i32>,
+    /// (broker id, broker epoch) of each proposed member, the leader included.
+    pub members: Vec<(i32, i64)>,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    /// The followers leaving or joining and the evidence: (id, ms since last caught
+    /// up or -1, lag in offsets).
+    pub replicas: Vec<(i32, i64, i64)>,
+}
+
+/// What a follower fetch changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FollowerFetchOutcome {
+    /// The high watermark to send back: the one before this fetch's offset was
+    /// applied (the one-round delay of the protocol).
+    pub high_watermark_to_send: i64,
+    /// The high watermark moved: wake acks=all produces and consumer fetches.
+    pub high_watermark_advanced: bool,
+    /// The follower qualifies to rejoin the ISR.
+    pub expand: Option<IsrProposal>,
+}
+
+/// The leader's state. Invariants (checked in debug builds): HW ≤ leader LEO, HW never
+/// decreases, leader ∈ ISR ⊆ replicas.
+#[derive(Debug, Clone)]
+pub struct LeaderState {
+    local_id: i32,
+    local_broker_epoch: i64,
+    leader_epoch: i32,
+    partition_epoch: i32,
+    replicas: Vec<i32>,
+    isr: Vec<i32>,
+    pending: Option<PendingIsr>,
+    high_watermark: i64,
+    /// First offset written in `leader_epoch`: a follower below it has not caught up
+    /// with this leader's log at all.
+    epoch_start_offset: i64,
+    followers: Vec<FollowerState>,
+    min_insync_replicas: usize,
+    lag_time_max: Duration,
+}
+
+/// Parameters of [`LeaderState::new`].
+#[derive(Debug, Clone)]
+pub struct BecomeLeader {
+    pub local_id: i32,
+    pub local_broker_epoch: i64,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    /// The high watermark this replica had as a follower (or from its checkpoint).
+    pub high_watermark: i64,
+    /// The leader's LEO when it took office: the start of its epoch.
+    pub log_end_offset: i64,
+    pub min_insync_replicas: usize,
+    pub lag_time_max: Duration,
+}
+
+impl LeaderState {
+    /// A replica becomes leader. ISR followers start as caught up *now* and others as
+    /// never caught up: otherwise the new leader's first write would make healthy
+    /// followers look stale before their first fetch arrives, and evict them.
+    pub fn new(p: BecomeLeader, now: Instant) -> LeaderState {
+        let followers = p
+            .replicas
+            .iter()
+            .filter(|&&r| r != p.local_id)
+            .map(|&r| FollowerState {
+                broker_id: r,
+                broker_epoch: -1,
+                log_end_offset: -1,
+                last_caught_up: p.isr.contains(&r).then_some(now),
+                last_fetch: None,
+            })
+            .collect();
+        let state = LeaderState {
+            local_id: p.local_id,
+            local_broker_epoch: p.local_broker_epoch,
+            leader_epoch: p.leader_epoch,
+            partition_epoch: p.partition_epoch,
+            replicas: p.replicas,
+            isr: p.isr,
+            pending: None,
+            high_watermark: p.high_watermark.min(p.log_end_offset).max(0),
+            epoch_start_offset: p.log_end_offset,
+            followers,
+            min_insync_replicas: p.min_insync_replicas.max(1),
+            lag_time_max: p.lag_time_max,
+        };
+        state.check_invariants(p.log_end_offset);
+        state
+    }
+
+    pub fn leader_epoch(&self) -> i32 {
+        self.leader_epoch
+    }
+
+    pub fn partition_epoch(&self) -> i32 {
+        self.partition_epoch
+    }
+
+    pub fn high_watermark(&self) -> i64 {
+        self.high_watermark
+    }
+
+    pub fn epoch_start_offset(&self) -> i64 {
+        self.epoch_start_offset
+    }
+
+    /// The committed ISR.
+    pub fn isr(&self) -> &[i32] {
+        &self.isr
+    }
+
+    pub fn replicas(&self) -> &[i32] {
+        &self.replicas
+    }
+
+    pub fn pending(&self) -> Option<&PendingIsr> {
+        self.pending.as_ref()
+    }
+
+    pub fn followers(&self) -> &[FollowerState] {
+        &self.followers
+    }
+
+    pub fn min_insync_replicas(&self) -> usize {
+        self.min_insync_replicas
+    }
+
+    /// Committed ISR ∪ proposed ISR: while a change is in flight, the larger set
+    /// decides the high watermark, so that neither outcome of the proposal can leave
+    /// the high watermark above what an ISR member has.
+    pub fn maximal_isr(&self) -> Vec<i32> {
+        let mut m = self.isr.clone();
+        if let Some(p) = &self.pending {
+            for r in &p.isr {
+                if !m.contains(r) {
+                    m.push(*r);
+                }
+            }
+        }
+        m
+    }
+
+    /// The committed ISR is smaller than `min.insync.replicas`: acks=all is refused
+    /// and the high watermark is frozen.
+    pub fn is_under_min_isr(&self) -> bool {
+        self.isr.len() < self.min_insync_replicas
+    }
+
+    /// Checked before an acks=all append: Err(isr size) when it must be refused.
+    pub fn check_enough_replicas(&self) -> Result<(), usize> {
+        if self.is_under_min_isr() {
+            Err(self.isr.len())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The replicas an acknowledgement up to `required_offset` rests on: the leader
+    /// and every ISR member known to have reached it.
+    pub fn acked_isr(&self, required_offset: i64) -> Vec<i32> {
+        self.maximal_isr()
+            .into_iter()
+            .filter(|&r| {
+                r == self.local_id
+                    || self
+                        .follower(r)
+                        .is_some_and(|f| f.log_end_offset >= required_offset)
+            })
+            .collect()
+    }
+
+    fn follower(&self, id: i32) -> Option<&FollowerState> {
+        self.followers.iter().find(|f| f.broker_id == id)
+    }
+
+    /// A follower fetch at `fetch_offset` (its LEO) arrived while the leader's LEO is
+    /// `leader_leo`. Returns `None` if `follower_id` is not a replica.
+    pub fn on_follower_fetch(
+        &mut self,
+        now: Instant,
+        follower_id: i32,
+        broker_epoch: i64,
+        fetch_offset: i64,
+        leader_leo: i64,
+    ) -> Option<FollowerFetchOutcome> {
+        let high_watermark_to_send = self.high_watermark;
+        let f = self
+            .followers
+            .iter_mut()
+            .find(|f| f.broker_id == follower_id)?;
+        if broker_epoch >= 0 {
+            f.broker_epoch = broker_epoch;
+        }
+        f.log_end_offset = fetch_offset;
+        // In sync = caught up with the leader's LEO at some point within the lag time.
+        // Rule 1: caught up right now. Rule 2: it has everything the leader had at its
+        // previous fetch, so it was caught up as of then (under a steady stream of
+        // small produces it can never equal the LEO at the instant of a fetch).
+        if fetch_offset >= leader_leo {
+            f.last_caught_up = f.last_caught_up.max(Some(now));
+        } else if let Some((prev_time, prev_leo)) = f.last_fetch {
+            if fetch_offset >= prev_leo {
+                f.last_caught_up = f.last_caught_up.max(Some(prev_time));
+            }
+        }
+        f.last_fetch = Some((now, leader_leo));
+
+        let expand = self.maybe_expand(now, follower_id, leader_leo);
+        let high_watermark_advanced = self.maybe_advance_high_watermark(leader_leo);
+        self.check_invariants(leader_leo);
+        Some(FollowerFetchOutcome {
+            high_watermark_to_send,
+            high_watermark_advanced,
+            expand,
+        })
+    }
+
+    /// The leader appended: with an ISR of one the high watermark follows at once.
+    pub fn on_leader_append(&mut self, leader_leo: i64) -> bool {
+        let advanced = self.maybe_advance_high_watermark(leader_leo);
+        self.check_invariants(leader_leo);
+        advanced
+    }
+
+    fn maybe_expand(&mut self, now: Instant, id: i32, leader_leo: i64) -> Option<IsrProposal> {
+        if self.pending.is_some() || self.isr.contains(&id) {
+            return None;
+        }
+        let f = self.follower(id)?;
+        let caught_up_to_hw =
+            f.log_end_offset >= self.high_watermark && f.log_end_offset >= self.epoch_start_offset;
+        if !caught_up_to_hw {
+            return None;
+        }
+        // Under min ISR the high watermark is frozen, so "LEO ≥ HW" is too weak: the
+        // follower would enter and leave the ISR over and over. Require it to be in
+        // sync by the time rule as well.
+        if self.is_under_min_isr() && !self.caught_up_within_lag(f, now) {
+            return None;
+        }
+        let mut new_isr = self.isr.clone();
+        new_isr.push(id);
+        let evidence = (
+            id,
+            ms_since(f.last_caught_up, now),
+            leader_leo - f.log_end_offset,
+        );
+        Some(self.propose(IsrChangeKind::Expand, new_isr, vec![evidence]))
+    }
+
+    fn caught_up_within_lag(&self, f: &FollowerState, now: Instant) -> bool {
+        f.last_caught_up
+            .is_some_and(|t| now.saturating_duration_since(t) <= self.lag_time_max)
+    }
+
+    /// The periodic check (every lag time / 2): proposes removing each ISR follower
+    /// that has not caught up within the lag time and is behind the leader's LEO.
+    pub fn maybe_shrink(&mut self, now: Instant, leader_leo: i64) -> Option<IsrProposal> {
+        if self.pending.is_some() {
+            return None;
+        }
+        let out: Vec<(i32, i64, i64)> = self
+            .followers
+            .iter()
+            .filter(|f| self.isr.contains(&f.broker_id))
+            .filter(|f| f.log_end_offset != leader_leo && !self.caught_up_within_lag(f, now))
+            .map(|f| {
+                let lag = if f.log_end_offset < 0 {
+                    leader_leo
+                } else {
+                    leader_leo - f.log_end_offset
+                };
+                (f.broker_id, ms_since(f.last_caught_up, now), lag)
+            })
+            .collect();
+        if out.is_empty() {
+            return None;
+        }
+        let new_isr: Vec<i32> = self
+            .isr
+            .iter()
+            .copied()
+            .filter(|r| !out.iter().any(|o| o.0 == *r))
+            .collect();
+        Some(self.propose(IsrChangeKind::Shrink, new_isr, out))
+    }
+
+    fn propose(
+        &mut self,
+        kind: IsrChangeKind,
+        new_isr: Vec<i32>,
+        replicas: Vec<(i32, i64, i64)>,
+    ) -> IsrProposal {
+        let members = new_isr
+            .iter()
+            .map(|&r| {
+                if r == self.local_id {
+                    (r, self.local_broker_epoch)
+                } else {
+                    (r, self.follower(r).map_or(-1, |f| f.broker_epoch))
+                }
+            })
+            .collect();
+        self.pending = Some(PendingIsr {
+            isr: new_isr.clone(),
+            change: kind,
+        });
+        IsrProposal {
+            kind,
+            new_isr,
+            members,
+            leader_epoch: self.leader_epoch,
+            partition_epoch: self.partition_epoch,
+            replicas,
+        }
+    }
+
+    /// The controller committed an ISR (from an AlterPartition answer or a
+    /// LeaderAndIsr that keeps this replica leader in the same leader epoch). Returns
+    /// whether the high watermark advanced. Stale or already-applied states (partition
+    /// epoch not newer than ours) are ignored.
+    pub fn on_isr_committed(
+        &mut self,
+        isr: Vec<i32>,
+        partition_epoch: i32,
+        leader_leo: i64,
+    ) -> bool {
+        if partition_epoch <= self.partition_epoch {
+            return false;
+        }
+        self.isr = isr;
+        self.partition_epoch = partition_epoch;
+        self.pending = None;
+        let advanced = self.maybe_advance_high_watermark(leader_leo);
+        self.check_invariants(leader_leo);
+        advanced
+    }
+
+    /// The proposal failed; the leader may propose again at its next check.
+    pub fn on_isr_change_failed(&mut self, leader_leo: i64) -> bool {
+        self.pending = None;
+        self.maybe_advance_high_watermark(leader_leo)
+    }
+
+    /// Adopts the minimum ISR size of a changed topic config.
+    pub fn set_min_insync_replicas(&mut self, min_insync_replicas: usize, leader_leo: i64) -> bool {
+        self.min_insync_replicas = min_insync_replicas.max(1);
+        self.maybe_advance_high_watermark(leader_leo)
+    }
+
+    /// Adopts the lag time of a changed topic config.
+    pub fn set_lag_time_max(&mut self, lag_time_max: Duration) {
+        self.lag_time_max = lag_time_max;
+    }
+
+    pub fn lag_time_max(&self) -> Duration {
+        self.lag_time_max
+    }
+
+    /// HW = min LEO over the maximal ISR; frozen while the committed ISR is below
+    /// `min.insync.replicas`; never moves backwards.
+    fn maybe_advance_high_watermark(&mut self, leader_leo: i64) -> bool {
+        if self.is_under_min_isr() {
+            return false;
+        }
+        let mut candidate = leader_leo;
+        for r in self.maximal_isr() {
+            if r == self.local_id {
+                continue;
+            }
+            match self.follower(r) {
+                Some(f) if f.log_end_offset >= 0 => candidate = candidate.min(f.log_end_offset),
+                // Not heard from yet under this leader: its LEO is unknown.
+                _ => return false,
+            }
+        }
+        if candidate > self.high_watermark {
+            self.high_watermark = candidate;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn check_invariants(&self, leader_leo: i64) {
+        debug_assert!(
+            self.high_watermark <= leader_leo,
+            "HW {} above LEO {}",
+            self.high_watermark,
+            leader_leo
+        );
+        debug_assert!(
+            self.isr.contains(&self.local_id),
+            "leader not in ISR {:?}",
+            self.isr
+        );
+        debug_assert!(
+            self.isr.iter().all(|r| self.replicas.contains(r)),
+            "ISR {:?} not within replicas {:?}",
+            self.isr,
+            self.replicas
+        );
+    }
+}
+
+fn ms_since(t: Option<Instant>, now: Instant) -> i64 {
+    t.map_or(-1, |t| now.saturating_duration_since(t).as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LAG: Duration = Duration::from_millis(10_000);
+
+    fn leader(isr: &[i32], leo: i64, hw: i64, min_isr: usize, now: Instant) -> LeaderState {
+        LeaderState::new(
+            BecomeLeader {
+                local_id: 1,
+                local_broker_epoch: 10,
+                leader_epoch: 5,
+                partition_epoch: 7,
+                replicas: vec![1, 2, 3],
+                isr: isr.to_vec(),
+                high_watermark: hw,
+                log_end_offset: leo,
+                min_insync_replicas: min_isr,
+                lag_time_max: LAG,
+            },
+            now,
+        )
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn isr_followers_start_caught_up_and_others_never() {
+        let t0 = Instant::now();
+        let s = leader(&[1, 2], 10, 10, 1, t0);
+        assert_eq!(s.follower(2).unwrap().last_caught_up, Some(t0));
+        assert_eq!(s.follower(3).unwrap().last_caught_up, None);
+        // A write right after becoming leader does not make follower 2 stale.
+        let mut s = s;
+        assert_eq!(s.maybe_shrink(t0 + ms(1), 20), None);
+    }
+
+    #[test]
+    fn high_watermark_is_min_leo_of_the_isr_and_sent_one_round_late() {
+        let t0 = Instant::now();
+        let mut s = leader(&[1, 2, 3], 100, 100, 1, t0);
+        // Leader appended up to 110; followers fetch at 100 (they have nothing new).
+        assert!(!s.on_leader_append(110));
+        let o = s.on_follower_fetch(t0, 2, 20, 100, 110).unwrap();
+        assert_eq!(o.high_watermark_to_send, 100);
+        assert!(!o.high_watermark_advanced);
+        s.on_follower_fetch(t0, 3, 30, 100, 110).unwrap();
+        // Follower 2's next fetch at 110 says it has the records: HW still waits for 3.
+        let o = s.on_follower_fetch(t0 + ms(1), 2, 20, 110, 110).unwrap();
+        assert!(!o.high_watermark_advanced);
+        assert_eq!(s.high_watermark(), 100);
+        // acks=all completes only when the followers' *next* fetch arrives.
+        let o = s.on_follower_fetch(t0 + ms(2), 3, 30, 110, 110).unwrap();
+        assert!(o.high_watermark_advanced);
+        assert_eq!(
+            o.high_watermark_to_send, 100,
+            "the response carries the old HW"
+        );
+        assert_eq!(s.high_watermark(), 110);
+        assert_eq!(s.acked_isr(110), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn high_watermark_never_moves_backwards() {
+        let t0 = Instant::now();
+        let mut s = leader(&[1, 2], 50, 50, 1, t0);
+        s.on_follower_fetch(t0, 2, 20, 50, 60).unwrap();
+        // A restarted follower reports a smaller LEO.
+        s.on_follower_fetch(t0, 2, 21, 30, 60).unwrap();
+        assert_eq!(s.high_watermark(), 50);
+    }
+
+    #[test]
+    fn high_watermark_waits_for_followers_not_heard_from() {
+        let t0 = Instant::now();
+        let mut s = leader(&[1, 2], 50, 40, 1, t0);
+        assert!(!s.on_leader_append(60));
+        assert_eq!(s.high_watermark(), 40);
+    }
+
+    #[test]
+    fn isr_of_one_advances_on_append() {
+        let t0 = Instant::now();
+        let mut s = leader(&[1], 0, 0, 1, t0);
+        assert!(s.on_leader_append(5));
+        assert_eq!(s.high_watermark(), 5);
+        assert_eq!(s.acked_isr(5), vec![1]);
+    }
+
+    #[test]
+    fn high_watermark_frozen_under_min_isr() {
+        let t0 = Instant::now();
+        let mut s = leader(&[1], 0, 0, 2, t0);
+        assert!(!s.on_leader_append(5));
+        assert_eq!(s.high_watermark(), 0);
+        assert_eq!(s.check_enough_replicas(), Err(1));
+        // Back to two in sync: it advances again.
+        s.on_follower_fetch(t0, 2, 20, 5, 5).unwrap();
+        let proposal = s.pending().cloned().unwrap();
+        assert_eq!(proposal.isr, vec![1, 2]);
+        assert!(s.on_isr_committed(vec![1, 2], 8, 5));
+        assert_eq!(s.high_watermark(), 5);
+    }
+
+    #[test]
+    fn no_shrink_when_previous_fetch_had_caught_up() {
+        // Kafka's PartitionTest: "shrink not done if previous fetch caught up".
+        let t0 = Instant::now();
+        let mut s = leader(&[1, 2, 3], 0, 0, 1, t0);
+        s.on_follower_fetch(t0, 3, 30, 0, 0).unwrap();
+        // Steady small produces: at every fetch the leader is one batch ahead.
+        let mut leo = 0;
+        let mut t = t0;
+        for _ in 0..50 {
+            let prev = leo;
+            leo += 10;
+            t += ms(1_000);
+            // Follower 2 always has what the leader had at its previous fetch.
+            s.on_follower_fetch(t, 2, 20, prev, leo).unwrap();
+            s.on_follower_fetch(t, 3, 30, prev, leo).unwrap();
+        }
+        assert_eq!(
+            s.maybe_shrink(t, leo),
+            None,
+            "a follower keeping up must stay"
+        );
+    }
+
+    #[test]
+    fn shrink_after_the_lag_time_only() {
+        let t0 = Instant::now();
+        let mut s = leader(&[1, 2, 3], 0, 0, 1, t0);
+        s.on_follower_fetch(t0, 2, 20, 0, 0).unwrap();
+        s.on_follower_fetch(t0, 3, 30, 0, 0).unwrap();
+        s.on_leader_append(100);
+        // Follower 3 keeps fetching; follower 2 went silent.
+        for i in 1..=10 {
+            s.on_follower_fetch(t0 + ms(i * 1_000), 3, 30, 100, 100)
+                .unwrap();
+        }
+        assert_eq!(
+            s.maybe_shrink(t0 + LAG, 100),
+            None,
+            "exactly the lag time is still in sync"
+        );
+        let p = s.maybe_shrink(t0 + LAG + ms(1), 100).unwrap();
+        assert_eq!(p.kind, IsrChangeKind::Shrink);
+        assert_eq!(p.new_isr, vec![1, 3]);
+        assert_eq!(p.members, vec![(1, 10), (3, 30)]);
+        assert_eq!(p.replicas, vec![(2, 10_001, 100)]);
+        assert_eq!((p.leader_epoch, p.partition_epoch), (5, 7));
+    }
+
+    #[test]
+    fn idle_partition_with_caught_up_follower_does_not_shrink() {
+        let t0 = Instant::now();
+        let mut s = leader(&[1, 2], 100, 100, 1, t0);
+        s.on_follower_fetch(t0, 2, 20, 100, 100).unwrap();
+        // No fetch for a long time, but it has everything the leader has.
+        assert_eq!(s.maybe_shrink(t0 + LAG * 3, 100), None);
+    }
+
+    #[test]
+    fn no_expand_or_second_proposal_while_a_change_is_in_flight() {
+        let t0 = Instant::now();
+        let mut s = leader(&[1, 2], 100, 100, 1, t0);
+        s.on_follower_fetch(t0, 2, 20, 100, 100).unwrap();
+        let p = s.maybe_shrink(t0 + LAG * 2, 200);
+        assert!(p.is_some());
+        // Follower 3 catches up while the shrink is pending: no expand yet.
+        let o = s.on_follower_fetch(t0 + LAG * 2, 3, 30, 200, 200).unwrap();
+        assert_eq!(o.expand, None);
+        assert_eq!(s.maybe_shrink(t0 + LAG * 3, 200), None);
+        // Committed: now it may expand.
+        s.on_isr_committed(vec![1], 8, 200);
+        let o = s.on_follower_fetch(t0 + LAG * 3, 3, 30, 200, 200).unwrap();
+        assert_eq!(o.expand.unwrap().new_isr, vec![1, 3]);
+    }
+
+    #[test]
+    fn expand_needs_leo_at_hw_and_at_the_epoch_start() {
+        let t0 = Instant::now();
+        // Became leader at LEO 100 with HW 80.
+        let mut s = leader(&[1, 2], 100, 80, 1, t0);
+        // Follower 3 has 90: ≥ HW but below the start of the leader's epoch.
+        let o = s.on_follower_fetch(t0, 3, 30, 90, 100).unwrap();
+        assert_eq!(o.expand, None);
+        // Below HW: no.
+        let o = s.on_follower_fetch(t0, 3, 30, 70, 100).unwrap();
+        assert_eq!(o.expand, None);
+        // At the epoch start and ≥ HW: yes.
+        let o = s.on_follower_fetch(t0, 3, 30, 100, 100).unwrap();
+        let p = o.expand.unwrap();
+        assert_eq!(p.kind, IsrChangeKind::Expand);
+        assert_eq!(p.new_isr, vec![1, 2, 3]);
+        assert_eq!(p.members, vec![(1, 10), (2, -1), (3, 30)]);
+    }
+
+    #[test]
+    fn under_min_isr_expand_also_needs_the_time_rule() {
+        let t0 = Instant::now();
+        let mut s = leader(&[1], 100, 100, 2, t0);
+        s.on_leader_append(200);
+        // Follower 2 is at HW (100) but far behind the LEO and never caught up.
+        let o = s.on_follower_fetch(t0, 2, 20, 100, 200).unwrap();
+        assert_eq!(o.expand, None);
+        // Once caught up with the LEO it may rejoin.
+        let o = s.on_follower_fetch(t0 + ms(5), 2, 20, 200, 200).unwrap();
+        assert!(o.expand.is_some());
+    }
+
+    #[test]
+    fn maximal_isr_holds_the_high_watermark_during_an_expand() {
+        let t0 = Instant::now();
+        let mut s = leader(&[1, 2], 100, 100, 1, t0);
+        s.on_follower_fetch(t0, 2, 20, 100, 100).unwrap();
+        let o = s.on_follower_fetch(t0, 3, 30, 100, 100).unwrap();
+        assert!(o.expand.is_some());
+        s.on_leader_append(150);
+        s.on_follower_fetch(t0, 2, 20, 150, 150).unwrap();
+        // 3 is in the proposed ISR but still at 100: HW must not pass it.
+        assert_eq!(s.high_watermark(), 100);
+        s.on_follower_fetch(t0, 3, 30, 150, 150).unwrap();
+        assert_eq!(s.high_watermark(), 150);
+    }
+
+    #[test]
+    fn stale_commit_is_ignored_and_failure_clears_pending() {
+        let t0 = Instant::now();
+        let mut s = leader(&[1, 2, 3], 0, 0, 1, t0);
+        assert!(s.maybe_shrink(t0 + LAG * 2, 10).is_some());
+        assert!(!s.on_isr_committed(vec![1], 6, 10));
+        assert_eq!(s.isr(), &[1, 2, 3]);
+        assert!(s.pending().is_some());
+        s.on_isr_change_failed(10);
+        assert!(s.pending().is_none());
+    }
+
+    #[test]
+    fn unknown_replica_fetch_is_refused() {
+        let t0 = Instant::now();
+        let mut s = leader(&[1, 2, 3], 0, 0, 1, t0);
+        assert_eq!(s.on_follower_fetch(t0, 9, 1, 0, 0), None);
+    }
+
+    #[test]
+    fn acked_isr_names_only_members_with_the_records() {
+        let t0 = Instant::now();
+        let mut s = leader(&[1, 2, 3], 10, 10, 1, t0);
+        s.on_follower_fetch(t0, 2, 20, 20, 20).unwrap();
+        s.on_follower_fetch(t0, 3, 30, 15, 20).unwrap();
+        assert_eq!(s.acked_isr(20), vec![1, 2]);
+        assert_eq!(s.acked_isr(15), vec![1, 2, 3]);
+    }
+}

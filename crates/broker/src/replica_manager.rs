@@ -1,0 +1,732 @@
+//! The replica manager: the partitions this broker hosts, and the data-plane
+//! requests on them (Produce, Fetch, ListOffsets, OffsetsForLeaderEpoch), role
+//! changes from the controller (LeaderAndIsr), and the two purgatories.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::RwLock;
+use syncline_proto::{batch, pb, ErrorCode, ACKS_ALL};
+use syncline_purgatory::{Purgatory, Watched};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::config::BrokerConfig;
+use crate::delayed::{
+    read_partitions, DelayedFetch, DelayedProduce, FetchParams, FetchPartitionStatus, PendingOp,
+    ProducePartitionStatus,
+};
+use crate::fetcher::FetcherManager;
+use crate::metadata_cache::MetadataCache;
+use crate::metrics::BrokerMetrics;
+use crate::partition::leader_state::{IsrChangeKind, IsrProposal};
+use crate::partition::{IsrCommit, IsrListener, Partition, RoleChange, TopicPartition};
+use crate::server::Responder;
+use crate::topic_config::TopicConfig;
+
+/// Longest a fetch may be held, whatever it asks for.
+const MAX_FETCH_WAIT: Duration = Duration::from_secs(300);
+/// Longest an acks=all produce may wait, whatever it asks for.
+const MAX_PRODUCE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// An ISR change for the AlterPartition sender.
+#[derive(Debug, Clone)]
+pub struct IsrRequest {
+    pub tp: TopicPartition,
+    pub proposal: IsrProposal,
+}
+
+/// Hosted partitions by topic, then index (looked up by `&str` without allocating).
+type PartitionMap = HashMap<Arc<str>, HashMap<i32, Arc<Partition>>>;
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct ReplicaManager {
+    config: Arc<BrokerConfig>,
+    local_id: i32,
+    broker_epoch: Arc<AtomicI64>,
+    partitions: RwLock<PartitionMap>,
+    fetch_purgatory: Purgatory<TopicPartition, Arc<DelayedFetch>>,
+    produce_purgatory: Purgatory<TopicPartition, Arc<DelayedProduce>>,
+    metadata: Arc<MetadataCache>,
+    fetchers: Arc<FetcherManager>,
+    isr_requests: mpsc::UnboundedSender<IsrRequest>,
+    metrics: Arc<BrokerMetrics>,
+}
+
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl ReplicaManager {
+    pub fn new(
+        config: Arc<BrokerConfig>,
+        metadata: Arc<MetadataCache>,
+        fetchers: Arc<FetcherManager>,
+        broker_epoch: Arc<AtomicI64>,
+        isr_requests: mpsc::UnboundedSender<IsrRequest>,
+        metrics: Arc<BrokerMetrics>,
+    ) -> ReplicaManager {
+        ReplicaManager {
+            local_id: config.node_id,
+            config,
+            broker_epoch,
+            partitions: RwLock::new(HashMap::new()),
+            fetch_purgatory: Purgatory::new("Fetch"),
+            produce_purgatory: Purgatory::new("Produce"),
+            metadata,
+            fetchers,
+            isr_requests,
+            metrics,
+        }
+    }
+
+    /// This broker's epoch (-1 until registered).
+    pub fn broker_epoch(&self) -> i64 {
+        self.broker_epoch.load(Ordering::Acquire)
+    }
+
+    pub fn set_broker_epoch(&self, epoch: i64) {
+        self.broker_epoch.store(epoch, Ordering::Release);
+    }
+
+    pub fn partition(&self, topic: &str, partition: i32) -> Option<Arc<Partition>> {
+        self.partitions.read().get(topic)?.get(&partition).cloned()
+    }
+
+    /// Every hosted partition.
+    pub fn all_partitions(&self) -> Vec<Arc<Partition>> {
+        self.partitions
+            .read()
+            .values()
+            .flat_map(|m| m.values().cloned())
+            .collect()
+    }
+
+    /// (fetch, produce) purgatory sizes.
+    pub fn purgatory_sizes(&self) -> (usize, usize) {
+        (
+            self.fetch_purgatory.delayed(),
+            self.produce_purgatory.delayed(),
+        )
+    }
+
+    /// Cancels a waiting operation whose connection closed.
+    pub fn cancel(&self, op: PendingOp) {
+        match op {
+            PendingOp::Fetch(h) => {
+                self.fetch_purgatory.cancel(&h);
+            }
+            PendingOp::Produce(h) => {
+                self.produce_purgatory.cancel(&h);
+            }
+        }
+    }
+
+    /// Something happened on `tp`: an append (`hw_advanced` false) wakes fetches
+    /// waiting for data; an HW advance also wakes acks=all produces.
+    fn wake(&self, tp: &TopicPartition, hw_advanced: bool) {
+        self.fetch_purgatory.check_and_complete(tp);
+        if hw_advanced {
+            self.produce_purgatory.check_and_complete(tp);
+        }
+    }
+
+    // --- Produce ---
+
+    pub fn handle_produce(&self, req: pb::ProduceRequest, responder: Responder) {
+        let acks = req.acks;
+        let acks_valid = matches!(acks, 0 | 1 | ACKS_ALL);
+        let now_ms = wall_clock_ms();
+        let mut pending = Vec::new();
+        let mut response = pb::ProduceResponse {
+            topics: Vec::with_capacity(req.topics.len()),
+            throttle_time_ms: 0,
+        };
+        for (ti, topic) in req.topics.iter().enumerate() {
+            let mut out_topic = pb::ProduceTopicResponse {
+                name: topic.name.clone(),
+                partitions: Vec::with_capacity(topic.partitions.len()),
+            };
+            for (pi, p) in topic.partitions.iter().enumerate() {
+                let mut out = pb::ProducePartitionResponse {
+                    partition: p.partition,
+                    base_offset: -1,
+                    log_append_time_ms: -1,
+                    log_start_offset: -1,
+                    ..Default::default()
+                };
+                let result = if acks_valid {
+                    self.append_one(&topic.name, p, acks, now_ms)
+                } else {
+                    Err((ErrorCode::InvalidRequiredAcks, None))
+                };
+                match result {
+                    Ok((partition, append)) => {
+                        out.base_offset = append.base_offset;
+                        out.log_start_offset = append.log_start_offset;
+                        let rf = partition.replicas().len() as i32;
+                        out.replication_factor = rf;
+                        self.wake(&partition.tp, append.high_watermark_advanced);
+                        if acks == ACKS_ALL {
+                            pending.push(ProducePartitionStatus {
+                                topic_index: ti,
+                                partition_index: pi,
+                                partition,
+                                required_offset: append.last_offset + 1,
+                                append_epoch: append.leader_epoch,
+                                replication_factor: rf,
+                            });
+                        } else {
+                            out.acked_isr = vec![self.local_id];
+                        }
+                    }
+                    Err((code, partition)) => {
+                        out.error_code = code as i32;
+                        out.error_message = code.name().to_string();
+                        if let Some(p) = partition.filter(|_| code.is_leadership_error()) {
+                            out.current_leader = Some(p.current_leader());
+                        }
+                    }
+                }
+                out_topic.partitions.push(out);
+            }
+            response.topics.push(out_topic);
+        }
+        if acks == 0 {
+            responder.no_response();
+            return;
+        }
+        if pending.is_empty() {
+            responder.send(pb::response::Body::Produce(response));
+            return;
+        }
+        let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64).min(MAX_PRODUCE_TIMEOUT);
+        let keys: Vec<TopicPartition> = pending.iter().map(|p| p.partition.tp.clone()).collect();
+        let conn = responder.connection().clone();
+        let op = Arc::new(DelayedProduce::new(pending, response, responder));
+        if let Watched::Waiting(handle) = self
+            .produce_purgatory
+            .try_complete_else_watch(op, timeout, &keys)
+        {
+            conn.track(PendingOp::Produce(handle));
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn append_one(
+        &self,
+        topic: &str,
+        p: &pb::ProducePartition,
+        acks: i32,
+        now_ms: i64,
+    ) -> Result<(Arc<Partition>, crate::partition::LeaderAppend), (ErrorCode, Option<Arc<Partition>>)>
+    {
+        let partition = self
+            .partition(topic, p.partition)
+            .ok_or((ErrorCode::UnknownTopicOrPartition, None))?;
+        if p.records.is_empty() {
+            return Err((ErrorCode::CorruptMessage, Some(partition)));
+        }
+        for b in batch::split(&p.records) {
+            let (_, bytes) = b.map_err(|e| ((&e).into(), Some(partition.clone())))?;
+            if bytes.len() > self.config.message_max_bytes {
+                return Err((ErrorCode::MessageTooLarge, Some(partition)));
+            }
+            if let Err(e) = batch::validate(bytes) {
+                tracing::debug!(partition = %partition.tp, error = %e, "refusing produce");
+                return Err(((&e).into(), Some(partition)));
+            }
+        }
+        let append = partition
+            .append_as_leader(&p.records, acks, p.current_leader_epoch, now_ms)
+            .map_err(|code| (code, Some(partition.clone())))?;
+        self.metrics.bytes_in(p.records.len());
+        Ok((partition, append))
+    }
+
+    // --- Fetch ---
+
+    pub fn handle_fetch(&self, req: pb::FetchRequest, responder: Responder) {
+        // Incremental fetch sessions: a client asking for a new one (epoch 0) gets a
+        // sessionless answer (session id 0), which KIP-227 allows; anything else
+        // names a session this broker does not have.
+        if req.session_id != 0 || !(req.session_epoch == -1 || req.session_epoch == 0) {
+            responder.send(pb::response::Body::Fetch(pb::FetchResponse {
+                error_code: ErrorCode::FetchSessionIdNotFound as i32,
+                ..Default::default()
+            }));
+            return;
+        }
+        let params = FetchParams {
+            replica_id: req.replica_id.max(-1),
+            min_bytes: req.min_bytes.max(0) as u64,
+            max_bytes: if req.max_bytes <= 0 {
+                usize::MAX
+            } else {
+                req.max_bytes as usize
+            },
+        };
+        let is_follower = params.is_follower();
+        let mut response = pb::FetchResponse {
+            responses: Vec::with_capacity(req.topics.len()),
+            ..Default::default()
+        };
+        let mut statuses = Vec::new();
+        let mut immediate_error = false;
+        for (ti, topic) in req.topics.iter().enumerate() {
+            let mut out_topic = pb::FetchableTopicResponse {
+                topic: topic.topic.clone(),
+                partitions: Vec::with_capacity(topic.partitions.len()),
+            };
+            for (pi, p) in topic.partitions.iter().enumerate() {
+                let mut out = pb::PartitionData {
+                    partition: p.partition,
+                    high_watermark: -1,
+                    last_stable_offset: -1,
+                    log_start_offset: -1,
+                    ..Default::default()
+                };
+                match self.partition(&topic.topic, p.partition) {
+                    None => {
+                        out.error_code = ErrorCode::UnknownTopicOrPartition as i32;
+                        immediate_error = true;
+                    }
+                    Some(_) if p.partition_max_bytes < 0 => {
+                        out.error_code = ErrorCode::InvalidFetchSize as i32;
+                        immediate_error = true;
+                    }
+                    Some(partition) => statuses.push(FetchPartitionStatus {
+                        topic_index: ti,
+                        partition_index: pi,
+                        partition,
+                        fetch_offset: p.fetch_offset,
+                        current_leader_epoch: p.current_leader_epoch,
+                        last_fetched_epoch: p.last_fetched_epoch,
+                        partition_max_bytes: p.partition_max_bytes as usize,
+                    }),
+                }
+                out_topic.partitions.push(out);
+            }
+            response.responses.push(out_topic);
+        }
+        let template = response.clone();
+        let read = read_partitions(&params, &statuses, &mut response);
+        if is_follower {
+            self.record_follower_progress(&req, &statuses, &response);
+        }
+        let errors = immediate_error
+            || response
+                .responses
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .any(|p| p.error_code != ErrorCode::None as i32 || p.diverging_epoch.is_some());
+        let max_wait = Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_FETCH_WAIT);
+        if max_wait.is_zero() || read as u64 >= params.min_bytes || errors || statuses.is_empty() {
+            self.metrics.bytes_out(read);
+            responder.send(pb::response::Body::Fetch(response));
+            return;
+        }
+        let keys: Vec<TopicPartition> = statuses.iter().map(|s| s.partition.tp.clone()).collect();
+        let conn = responder.connection().clone();
+        let op = Arc::new(DelayedFetch::new(params, statuses, template, responder));
+        if let Watched::Waiting(handle) = self
+            .fetch_purgatory
+            .try_complete_else_watch(op, max_wait, &keys)
+        {
+            conn.track(PendingOp::Fetch(handle));
+        }
+    }
+
+    /// The leader records each follower partition's fetch offset (its LEO): this is
+    /// the acknowledgement of everything below it.
+    fn record_follower_progress(
+        &self,
+        req: &pb::FetchRequest,
+        statuses: &[FetchPartitionStatus],
+        response: &pb::FetchResponse,
+    ) {
+        let now = Instant::now();
+        for s in statuses {
+            let out = &response.responses[s.topic_index].partitions[s.partition_index];
+            if out.error_code != ErrorCode::None as i32 || out.diverging_epoch.is_some() {
+                continue;
+            }
+            let Some(epoch) = s
+                .current_leader_epoch
+                .or_else(|| Some(s.partition.leader_epoch()))
+            else {
+                continue;
+            };
+            let leo = s.partition.log_end_offset();
+            let Some(outcome) = s.partition.record_follower_fetch(
+                now,
+                req.replica_id,
+                req.replica_epoch,
+                s.fetch_offset,
+                leo.max(s.fetch_offset),
+                epoch,
+            ) else {
+                continue;
+            };
+            if outcome.high_watermark_advanced {
+                self.wake(&s.partition.tp, true);
+            }
+            if let Some(proposal) = outcome.expand {
+                self.propose_isr(&s.partition.tp, proposal);
+            }
+        }
+    }
+
+    fn propose_isr(&self, tp: &TopicPartition, proposal: IsrProposal) {
+        let kind = match proposal.kind {
+            IsrChangeKind::Shrink => "shrink",
+            IsrChangeKind::Expand => "expand",
+        };
+        for (replica, ms, lag) in &proposal.replicas {
+            tracing::info!(
+                topic = %tp.topic, partition = tp.partition, replica, last_caught_up_ms_ago = ms,
+                lag_offsets = lag, replica_lag_time_max_ms = self.lag_time_ms(tp),
+                new_isr = ?proposal.new_isr, "isr {kind} proposed"
+            );
+        }
+        let _ = self.isr_requests.send(IsrRequest {
+            tp: tp.clone(),
+            proposal,
+        });
+    }
+
+    fn lag_time_ms(&self, tp: &TopicPartition) -> u64 {
+        self.topic_config(&tp.topic)
+            .replica_lag_time_max
+            .as_millis() as u64
+    }
+
+    fn topic_config(&self, topic: &str) -> TopicConfig {
+        TopicConfig::resolve(&self.config, topic, &self.metadata.topic_configs(topic))
+    }
+
+    /// Applies the controller's answer to an AlterPartition.
+    pub fn on_isr_result(
+        &self,
+        tp: &TopicPartition,
+        result: Result<(Vec<i32>, i32, i32), ErrorCode>,
+    ) {
+        let Some(partition) = self.partition(&tp.topic, tp.partition) else {
+            return;
+        };
+        let failed = result.as_ref().err().copied();
+        let commit = partition.on_alter_partition_result(result.clone());
+        match (commit, failed) {
+            (Some(c), _) => self.on_isr_commit(&partition, c),
+            (None, Some(code)) => {
+                self.metrics.failed_isr_update();
+                tracing::warn!(partition = %tp, error = %code, "isr update failed");
+            }
+            (None, None) => {}
+        }
+    }
+
+    fn on_isr_commit(&self, partition: &Partition, commit: IsrCommit) {
+        if commit.high_watermark_advanced {
+            self.wake(&partition.tp, true);
+        }
+    }
+
+    /// The periodic ISR shrink check over every partition this broker leads.
+    pub fn maybe_shrink_isrs(&self) {
+        let now = Instant::now();
+        for p in self.all_partitions() {
+            if let Some(proposal) = p.maybe_shrink_isr(now) {
+                self.propose_isr(&p.tp, proposal);
+            }
+        }
+    }
+
+    /// How often to run the shrink check: half the smallest lag time in use.
+    pub fn shrink_check_interval(&self) -> Duration {
+        let broker = Duration::from_millis(self.config.replica_lag_time_max_ms);
+        let mut smallest = broker;
+        let topics: Vec<Arc<str>> = self.partitions.read().keys().cloned().collect();
+        for t in topics {
+            smallest = smallest.min(self.topic_config(&t).replica_lag_time_max);
+        }
+        (smallest / 2).max(Duration::from_millis(1))
+    }
+
+    // --- ListOffsets / OffsetsForLeaderEpoch ---
+
+    pub fn list_offsets(&self, req: &pb::ListOffsetsRequest) -> pb::ListOffsetsResponse {
+        pb::ListOffsetsResponse {
+            topics: req
+                .topics
+                .iter()
+                .map(|t| pb::ListOffsetsTopicResponse {
+                    name: t.name.clone(),
+                    partitions: t
+                        .partitions
+                        .iter()
+                        .map(|p| {
+                            let mut out = pb::ListOffsetsPartitionResponse {
+                                partition: p.partition,
+                                timestamp: -1,
+                                offset: -1,
+                                leader_epoch: -1,
+                                ..Default::default()
+                            };
+                            let result = self
+                                .partition(&t.name, p.partition)
+                                .ok_or(ErrorCode::UnknownTopicOrPartition)
+                                .and_then(|part| {
+                                    part.list_offset(
+                                        p.timestamp,
+                                        p.current_leader_epoch,
+                                        req.replica_id >= 0,
+                                    )
+                                    .inspect_err(|code| {
+                                        if code.is_leadership_error() {
+                                            out.current_leader = Some(part.current_leader());
+                                        }
+                                    })
+                                });
+                            match result {
+                                Ok((offset, epoch)) => {
+                                    out.offset = offset;
+                                    out.leader_epoch = epoch;
+                                }
+                                Err(code) => out.error_code = code as i32,
+                            }
+                            out
+                        })
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+
+    pub fn offsets_for_leader_epoch(
+        &self,
+        req: &pb::OffsetsForLeaderEpochRequest,
+    ) -> pb::OffsetsForLeaderEpochResponse {
+        pb::OffsetsForLeaderEpochResponse {
+            topics: req
+                .topics
+                .iter()
+                .map(|t| pb::OffsetForLeaderTopicResult {
+                    topic: t.topic.clone(),
+                    partitions: t
+                        .partitions
+                        .iter()
+                        .map(|p| {
+                            let result = self
+                                .partition(&t.topic, p.partition)
+                                .ok_or(ErrorCode::UnknownTopicOrPartition)
+                                .and_then(|part| {
+                                    part.end_offset_for_epoch(
+                                        p.leader_epoch,
+                                        p.current_leader_epoch,
+                                        true,
+                                    )
+                                });
+                            match result {
+                                Ok((leader_epoch, end_offset)) => pb::EpochEndOffsetResult {
+                                    partition: p.partition,
+                                    error_code: ErrorCode::None as i32,
+                                    leader_epoch,
+                                    end_offset,
+                                },
+                                Err(code) => pb::EpochEndOffsetResult {
+                                    partition: p.partition,
+                                    error_code: code as i32,
+                                    leader_epoch: -1,
+                                    end_offset: -1,
+                                },
+                            }
+                        })
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+
+    // --- DescribeTopics ---
+
+    /// The cluster's view, with the leader's own view for partitions led here.
+    pub fn describe_topics(&self, topics: &[String]) -> pb::DescribeTopicsResponse {
+        let mut response = self.metadata.describe_topics(topics);
+        let now = Instant::now();
+        for t in &mut response.topics {
+            for p in &mut t.partitions {
+                if let Some(local) = self
+                    .partition(&t.name, p.partition)
+                    .and_then(|part| part.describe(now))
+                {
+                    *p = local;
+                }
+            }
+        }
+        response
+    }
+
+    // --- role changes ---
+
+    /// Applies a LeaderAndIsr request from the controller.
+    pub fn apply_leader_and_isr(&self, req: &pb::LeaderAndIsrRequest) -> pb::LeaderAndIsrResponse {
+        let _serial = self.metadata.lock_for_update();
+        let refuse = |code: ErrorCode| pb::LeaderAndIsrResponse {
+            error_code: code as i32,
+            partition_errors: vec![],
+        };
+        if req.controller_epoch < self.metadata.controller_epoch() {
+            return refuse(ErrorCode::StaleControllerEpoch);
+        }
+        let broker_epoch = self.broker_epoch();
+        if broker_epoch < 0 || req.broker_epoch != broker_epoch {
+            return refuse(ErrorCode::StaleBrokerEpoch);
+        }
+        let applied = self.metadata.apply(req);
+        let now = Instant::now();
+        let mut partition_errors = Vec::new();
+        let mut touched: Vec<(String, i32)> = Vec::new();
+        for ps in &applied.partitions {
+            touched.push((ps.topic.clone(), ps.partition));
+            if !ps.replicas.contains(&self.local_id) {
+                continue;
+            }
+            let config = self.topic_config(&ps.topic);
+            let partition = match self.get_or_create(&ps.topic, ps.partition, &config) {
+                Ok(p) => p,
+                Err(code) => {
+                    partition_errors.push(pb::LeaderAndIsrPartitionError {
+                        topic: ps.topic.clone(),
+                        partition: ps.partition,
+                        error_code: code as i32,
+                    });
+                    continue;
+                }
+            };
+            let (change, commit) = partition.apply_partition_state(ps, config, broker_epoch, now);
+            match change {
+                RoleChange::BecameLeader | RoleChange::BecameOffline => {
+                    self.fetchers.remove_partition(&partition.tp);
+                }
+                RoleChange::BecameFollower => {
+                    self.fetchers
+                        .add_partition(partition.clone(), ps.leader, ps.leader_epoch);
+                }
+                RoleChange::Updated | RoleChange::None => {}
+            }
+            if let Some(c) = commit {
+                self.on_isr_commit(&partition, c);
+            }
+            if change != RoleChange::None {
+                // Waiting operations see the new state and answer (e.g. with
+                // NOT_LEADER_OR_FOLLOWER).
+                self.wake(&partition.tp, true);
+            }
+        }
+        // Config changes for partitions whose state did not change.
+        for topic in &applied.changed_configs {
+            let config = self.topic_config(topic);
+            let hosted: Vec<Arc<Partition>> = self
+                .partitions
+                .read()
+                .get(topic.as_str())
+                .map(|m| m.values().cloned().collect())
+                .unwrap_or_default();
+            for p in hosted {
+                if touched
+                    .iter()
+                    .any(|(t, i)| t == topic && *i == p.tp.partition)
+                {
+                    continue;
+                }
+                if let Some(ps) = self.metadata.partition_state(topic, p.tp.partition) {
+                    p.apply_partition_state(&ps, config.clone(), broker_epoch, now);
+                    self.wake(&p.tp, true);
+                }
+            }
+        }
+        self.metadata.notify_applied();
+        pb::LeaderAndIsrResponse {
+            error_code: ErrorCode::None as i32,
+            partition_errors,
+        }
+    }
+
+    fn get_or_create(
+        &self,
+        topic: &str,
+        index: i32,
+        config: &TopicConfig,
+    ) -> Result<Arc<Partition>, ErrorCode> {
+        if let Some(p) = self.partition(topic, index) {
+            return Ok(p);
+        }
+        let tp = TopicPartition::new(topic, index);
+        let metrics = self.metrics.clone();
+        let listener: IsrListener = Arc::new(
+            move |tp: &TopicPartition, kind: IsrChangeKind, isr: &[i32]| {
+                let change = match kind {
+                    IsrChangeKind::Shrink => {
+                        metrics.isr_shrink();
+                        "shrink"
+                    }
+                    IsrChangeKind::Expand => {
+                        metrics.isr_expand();
+                        "expand"
+                    }
+                };
+                tracing::info!(topic = %tp.topic, partition = tp.partition, ?isr, "isr {change} committed");
+            },
+        );
+        let partition = Partition::open(
+            &self.config.log_dir,
+            tp.clone(),
+            self.local_id,
+            config.clone(),
+            listener,
+        )
+        .map_err(|e| {
+            tracing::error!(partition = %tp, error = %e, "cannot open partition log");
+            ErrorCode::StorageError
+        })?;
+        let partition = Arc::new(partition);
+        let mut all = self.partitions.write();
+        let entry = all.entry(tp.topic.clone()).or_default();
+        Ok(entry.entry(index).or_insert(partition).clone())
+    }
+
+    // --- housekeeping ---
+
+    pub fn checkpoint_high_watermarks(&self) {
+        for p in self.all_partitions() {
+            p.checkpoint_high_watermark();
+        }
+    }
+
+    pub fn flush_due(&self) {
+        let now_ms = wall_clock_ms();
+        for p in self.all_partitions() {
+            p.flush_if_due(now_ms);
+        }
+    }
+
+    pub fn apply_retention(&self) {
+        let now_ms = wall_clock_ms();
+        for p in self.all_partitions() {
+            p.apply_retention(now_ms);
+        }
+    }
+
+    /// Clean shutdown: checkpoint and flush every log.
+    pub fn close_all(&self) {
+        for p in self.all_partitions() {
+            p.close();
+        }
+    }
+}

@@ -1,0 +1,328 @@
+//! An in-process cluster for integration tests: brokers on loopback port 0, data in
+//! a temporary directory, all stopped when the cluster is dropped.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use syncline_broker::net::{Network, Tcp};
+use syncline_broker::{BrokerConfig, BrokerHandle};
+use syncline_client::Connection;
+use syncline_proto::batch::BatchBuilder;
+use syncline_proto::pb::{self, request::Body, response::Body as Resp};
+use tokio::time::Instant;
+
+pub struct TestCluster {
+    pub dir: tempfile::TempDir,
+    pub brokers: Vec<Option<BrokerHandle>>,
+    pub addrs: Vec<String>,
+    extra: String,
+}
+
+fn config_text(
+    id: i32,
+    addr: &str,
+    controller: &str,
+    dir: &std::path::Path,
+    extra: &str,
+) -> String {
+    let roles = if id == 1 {
+        "broker,controller"
+    } else {
+        "broker"
+    };
+    format!(
+        "node_id = {id}\nlisteners = \"{addr}\"\nlog_dirs = \"{}\"\nprocess_roles = \"{roles}\"\n\
+         controller_quorum_voters = \"1@{controller}\"\n{extra}\n",
+        dir.join(format!("broker-{id}")).display()
+    )
+}
+
+impl TestCluster {
+    /// Starts `n` brokers (broker 1 hosts the controller) with `extra` TOML lines in
+    /// every config, and waits until all are registered and unfenced.
+    pub async fn start(n: usize, extra: &str) -> TestCluster {
+        init_tracing();
+        let dir = tempfile::tempdir().unwrap();
+        let mut listeners = Vec::new();
+        let mut addrs = Vec::new();
+        for _ in 0..n {
+            let l = Tcp.bind("127.0.0.1:0").await.unwrap();
+            addrs.push(l.local_addr().unwrap().to_string());
+            listeners.push(l);
+        }
+        let mut cluster = TestCluster {
+            dir,
+            brokers: Vec::new(),
+            addrs,
+            extra: extra.to_string(),
+        };
+        for (i, l) in listeners.into_iter().enumerate() {
+            let h = cluster.start_broker_on((i + 1) as i32, l).await;
+            cluster.brokers.push(Some(h));
+        }
+        cluster.wait_unfenced(n).await;
+        cluster
+    }
+
+    fn config(&self, id: i32) -> BrokerConfig {
+        let text = config_text(
+            id,
+            &self.addrs[id as usize - 1],
+            &self.addrs[0],
+            self.dir.path(),
+            &self.extra,
+        );
+        BrokerConfig::parse(&text).unwrap()
+    }
+
+    async fn start_broker_on(
+        &self,
+        id: i32,
+        l: Box<dyn syncline_broker::net::Listener>,
+    ) -> BrokerHandle {
+        syncline_broker::start_on(self.config(id), Arc::new(Tcp), l)
+            .await
+            .unwrap()
+    }
+
+    /// Stops broker `id` cleanly.
+    pub async fn stop(&mut self, id: i32) {
+        if let Some(h) = self.brokers[id as usize - 1].take() {
+            h.shutdown().await;
+        }
+    }
+
+    /// Restarts broker `id` on its old address.
+    pub async fn restart(&mut self, id: i32) {
+        self.stop(id).await;
+        let addr = self.addrs[id as usize - 1].clone();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let l = loop {
+            match Tcp.bind(&addr).await {
+                Ok(l) => break l,
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("cannot rebind {addr}: {e}"),
+            }
+        };
+        let h = self.start_broker_on(id, l).await;
+        self.brokers[id as usize - 1] = Some(h);
+    }
+
+    pub fn broker(&self, id: i32) -> &BrokerHandle {
+        self.brokers[id as usize - 1]
+            .as_ref()
+            .expect("broker running")
+    }
+
+    pub async fn connect(&self, id: i32) -> Connection {
+        Connection::connect(&self.addrs[id as usize - 1], "test", Duration::from_secs(5))
+            .await
+            .unwrap()
+    }
+
+    /// Polls `cond` every 20 ms until it holds or `timeout` passes.
+    pub async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut cond: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = Instant::now() + timeout;
+        while !cond().await {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn wait_unfenced(&self, n: usize) {
+        let conn = self.connect(1).await;
+        Self::wait_for("brokers to register", Duration::from_secs(20), || {
+            let conn = conn.clone();
+            async move {
+                match conn
+                    .send(Body::DescribeCluster(pb::DescribeClusterRequest {}))
+                    .await
+                {
+                    Ok(Resp::DescribeCluster(r)) => {
+                        r.brokers.iter().filter(|b| !b.fenced).count() == n
+                    }
+                    _ => false,
+                }
+            }
+        })
+        .await;
+    }
+
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        rf: i32,
+        configs: &[(&str, &str)],
+    ) {
+        let conn = self.connect(1).await;
+        let resp = conn
+            .send(Body::CreateTopics(pb::CreateTopicsRequest {
+                topics: vec![pb::CreatableTopic {
+                    name: name.into(),
+                    num_partitions: partitions,
+                    replication_factor: rf,
+                    configs: configs
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                }],
+                timeout_ms: 10_000,
+                validate_only: false,
+            }))
+            .await
+            .unwrap();
+        let Resp::CreateTopics(r) = resp else {
+            panic!("unexpected {resp:?}")
+        };
+        assert_eq!(r.topics[0].error_code, 0, "{:?}", r.topics[0]);
+    }
+
+    /// The partition's state as broker `via` knows it.
+    pub async fn partition_metadata(
+        &self,
+        via: i32,
+        topic: &str,
+        partition: i32,
+    ) -> pb::PartitionMetadata {
+        let conn = self.connect(via).await;
+        let Resp::Metadata(m) = conn
+            .send(Body::Metadata(pb::MetadataRequest {
+                topics: vec![topic.into()],
+            }))
+            .await
+            .unwrap()
+        else {
+            panic!("unexpected response")
+        };
+        m.topics[0]
+            .partitions
+            .iter()
+            .find(|p| p.partition == partition)
+            .cloned()
+            .expect("partition")
+    }
+}
+
+/// One batch of `values`.
+pub fn batch(values: &[&[u8]]) -> Bytes {
+    let mut b = BatchBuilder::new(1_700_000_000_000);
+    for v in values {
+        b.push(1_700_000_000_000, None, Some(v), &[]);
+    }
+    b.finish()
+}
+
+pub fn produce_request(topic: &str, partition: i32, acks: i32, records: Bytes) -> Body {
+    Body::Produce(pb::ProduceRequest {
+        acks,
+        timeout_ms: 10_000,
+        topics: vec![pb::ProduceTopic {
+            name: topic.into(),
+            partitions: vec![pb::ProducePartition {
+                partition,
+                current_leader_epoch: None,
+                records,
+            }],
+        }],
+    })
+}
+
+pub async fn produce(
+    conn: &Connection,
+    topic: &str,
+    partition: i32,
+    acks: i32,
+    records: Bytes,
+) -> pb::ProducePartitionResponse {
+    let resp = conn
+        .send(produce_request(topic, partition, acks, records))
+        .await
+        .unwrap();
+    let Resp::Produce(r) = resp else {
+        panic!("unexpected {resp:?}")
+    };
+    r.topics[0].partitions[0].clone()
+}
+
+pub fn fetch_request(
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    max_wait_ms: i32,
+    min_bytes: i32,
+) -> Body {
+    Body::Fetch(pb::FetchRequest {
+        replica_id: -1,
+        replica_epoch: -1,
+        max_wait_ms,
+        min_bytes,
+        max_bytes: 10 << 20,
+        session_epoch: -1,
+        topics: vec![pb::FetchTopic {
+            topic: topic.into(),
+            partitions: vec![pb::FetchPartition {
+                partition,
+                fetch_offset: offset,
+                partition_max_bytes: 1 << 20,
+                ..Default::default()
+            }],
+        }],
+        ..Default::default()
+    })
+}
+
+pub async fn fetch(
+    conn: &Connection,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> pb::PartitionData {
+    let resp = conn
+        .send(fetch_request(topic, partition, offset, 0, 0))
+        .await
+        .unwrap();
+    let Resp::Fetch(r) = resp else {
+        panic!("unexpected {resp:?}")
+    };
+    r.responses[0].partitions[0].clone()
+}
+
+/// Every record value in `records` with its offset.
+pub fn values(records: &[u8]) -> Vec<(i64, Vec<u8>)> {
+    syncline_proto::batch::split(records)
+        .flat_map(|b| {
+            let (_, bytes) = b.unwrap();
+            syncline_proto::batch::records(bytes)
+                .unwrap()
+                .map(|r| {
+                    let r = r.unwrap();
+                    (r.offset, r.view.value.unwrap_or_default().to_vec())
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Logs to the test's output (shown for failing tests); `RUST_LOG` filters.
+pub fn init_tracing() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .try_init();
+    });
+}
