@@ -1,1 +1,56 @@
-fn main() {}
+//! `syncline`: the command-line tool for a syncline cluster.
+//!
+//! Every failure ends with a message on stderr that names the problem and the
+//! fix, and a non-zero exit status.
+
+mod args;
+mod cluster;
+mod consume;
+mod errors;
+mod output;
+mod produce;
+mod topic;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+use crate::args::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
+        )
+        .init();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let bootstrap = cli.bootstrap_server.as_str();
+    match cli.command {
+        Command::Topic(command) => topic::run(command, bootstrap).await,
+        Command::Produce(args) => produce::run(args, bootstrap).await,
+        Command::Consume(args) => consume::run(args, bootstrap).await,
+        Command::Cluster(command) => cluster::run(command, bootstrap).await,
+    }
+}

@@ -1,0 +1,368 @@
+//! Command-line arguments (clap derive) and their value parsers.
+
+use clap::{Args, Parser, Subcommand};
+use syncline_client::Acks;
+
+/// The syncline command-line tool: topics, produce, consume, cluster.
+#[derive(Debug, Parser)]
+#[command(name = "syncline", version, about)]
+pub(crate) struct Cli {
+    /// Brokers to bootstrap from, HOST:PORT[,HOST:PORT...].
+    #[arg(
+        long,
+        global = true,
+        env = "SYNCLINE_BOOTSTRAP_SERVER",
+        default_value = "127.0.0.1:9092",
+        value_name = "HOST:PORT[,...]"
+    )]
+    pub(crate) bootstrap_server: String,
+
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Create, list and describe topics.
+    #[command(subcommand)]
+    Topic(TopicCommand),
+    /// Send one record per line of standard input.
+    Produce(ProduceArgs),
+    /// Print records to standard output, one value per line.
+    Consume(ConsumeArgs),
+    /// Describe the cluster.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum TopicCommand {
+    /// Create a topic.
+    Create(CreateArgs),
+    /// List topic names.
+    List,
+    /// Show partitions, leaders, ISR, high watermarks and each leader's view of
+    /// its replicas.
+    Describe(DescribeArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CreateArgs {
+    /// Topic name.
+    pub(crate) name: String,
+    /// Number of partitions.
+    #[arg(long)]
+    pub(crate) partitions: i32,
+    /// Replicas per partition (at most the number of live brokers).
+    #[arg(long)]
+    pub(crate) replication_factor: i32,
+    /// A topic config with Kafka's dotted name, e.g. min.insync.replicas=2
+    /// (repeatable).
+    #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_config)]
+    pub(crate) configs: Vec<(String, String)>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DescribeArgs {
+    /// Topic name.
+    pub(crate) name: String,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ProduceArgs {
+    /// Topic to write to.
+    pub(crate) topic: String,
+    /// Write every record to this partition (default: by key, or sticky without
+    /// a key).
+    #[arg(long)]
+    pub(crate) partition: Option<i32>,
+    /// Acknowledgement level: 0 (none), 1 (leader), all (every ISR member).
+    #[arg(long, default_value = "all", value_parser = parse_acks, allow_negative_numbers = true)]
+    pub(crate) acks: Acks,
+    /// Split each line at the first SEP into key and value.
+    #[arg(long, value_name = "SEP")]
+    pub(crate) key_separator: Option<String>,
+    /// How long a batch waits for more records.
+    #[arg(long, default_value_t = 5)]
+    pub(crate) linger_ms: u64,
+    /// Bytes that make a batch full.
+    #[arg(long, default_value_t = 16_384)]
+    pub(crate) batch_size: usize,
+    /// Retries of a batch after a retriable error (Kafka's console producer
+    /// default); raise it to ride out a leader election.
+    #[arg(long, default_value_t = 3)]
+    pub(crate) retries: u32,
+    /// Bound on the time from reading a line to its acknowledgement.
+    #[arg(long, default_value_t = 120_000)]
+    pub(crate) delivery_timeout_ms: u64,
+    /// How long to wait for the topic's metadata (a topic created a moment ago)
+    /// or for room in the send buffer.
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) max_block_ms: u64,
+    /// Produce requests outstanding per broker; 1 keeps the lines' order within a
+    /// partition across retries.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) max_in_flight: usize,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ConsumeArgs {
+    /// Topic to read.
+    pub(crate) topic: String,
+    /// Read only this partition (default: all).
+    #[arg(long)]
+    pub(crate) partition: Option<i32>,
+    /// Start at the first offset still in the log.
+    #[arg(long, conflicts_with = "offset")]
+    pub(crate) from_beginning: bool,
+    /// Start at this offset (or `earliest` / `latest`) in every partition read.
+    #[arg(long, value_parser = parse_start_offset)]
+    pub(crate) offset: Option<StartOffset>,
+    /// How long to wait for the topic's metadata (a topic created a moment ago).
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) max_block_ms: u64,
+    /// Exit after this many records.
+    #[arg(long)]
+    pub(crate) max_messages: Option<u64>,
+    /// Exit when this long passes without a record (default: run until Ctrl-C).
+    #[arg(long)]
+    pub(crate) timeout_ms: Option<u64>,
+    /// Print `Partition:P` before each value.
+    #[arg(long)]
+    pub(crate) print_partition: bool,
+    /// Print `Offset:N` before each value.
+    #[arg(long)]
+    pub(crate) print_offset: bool,
+    /// Print the key and a tab before each value (`null` for no key).
+    #[arg(long)]
+    pub(crate) print_key: bool,
+}
+
+/// Where `consume --offset` starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StartOffset {
+    Earliest,
+    Latest,
+    At(i64),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ClusterCommand {
+    /// Brokers (alive or fenced, epochs, metrics addresses) and the controller.
+    Describe {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `KEY=VALUE` with a dotted, lower-case Kafka config name.
+pub(crate) fn parse_config(s: &str) -> Result<(String, String), String> {
+    let Some((key, value)) = s.split_once('=') else {
+        return Err(format!(
+            "expected KEY=VALUE, e.g. min.insync.replicas=2 (got {s:?})"
+        ));
+    };
+    let key = key.trim();
+    if key.is_empty() {
+        return Err(format!("the config name before '=' is empty in {s:?}"));
+    }
+    if key.contains('_') {
+        return Err(format!(
+            "topic configs use Kafka's dotted names: did you mean {}?",
+            key.replace('_', ".")
+        ));
+    }
+    if !key
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-')
+    {
+        return Err(format!(
+            "{key:?} is not a config name (lower-case words separated by dots, e.g. retention.ms)"
+        ));
+    }
+    Ok((key.to_string(), value.trim().to_string()))
+}
+
+fn parse_acks(s: &str) -> Result<Acks, String> {
+    s.parse()
+}
+
+fn parse_start_offset(s: &str) -> Result<StartOffset, String> {
+    match s {
+        "earliest" => Ok(StartOffset::Earliest),
+        "latest" => Ok(StartOffset::Latest),
+        n => match n.parse::<i64>() {
+            Ok(o) if o >= 0 => Ok(StartOffset::At(o)),
+            _ => Err(format!(
+                "expected an offset >= 0, `earliest` or `latest` (got {n:?})"
+            )),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("syncline").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn topic_create_takes_repeated_configs() {
+        let cli = parse(&[
+            "topic",
+            "create",
+            "events",
+            "--partitions",
+            "3",
+            "--replication-factor",
+            "3",
+            "--config",
+            "min.insync.replicas=2",
+            "--config",
+            "retention.ms=60000",
+        ])
+        .unwrap();
+        let Command::Topic(TopicCommand::Create(c)) = cli.command else {
+            panic!("{cli:?}")
+        };
+        assert_eq!(
+            (c.name.as_str(), c.partitions, c.replication_factor),
+            ("events", 3, 3)
+        );
+        assert_eq!(
+            c.configs,
+            [
+                ("min.insync.replicas".to_string(), "2".to_string()),
+                ("retention.ms".to_string(), "60000".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn malformed_configs_are_refused_with_a_reason() {
+        assert!(parse_config("min.insync.replicas")
+            .unwrap_err()
+            .contains("KEY=VALUE"));
+        assert!(parse_config("=2").unwrap_err().contains("empty"));
+        assert!(parse_config("min_insync_replicas=2")
+            .unwrap_err()
+            .contains("did you mean min.insync.replicas"));
+        assert!(parse_config("Min.ISR=2").is_err());
+        assert_eq!(
+            parse_config("cleanup.policy=compact,delete").unwrap(),
+            ("cleanup.policy".into(), "compact,delete".into())
+        );
+        let err = parse(&[
+            "topic",
+            "create",
+            "t",
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "1",
+            "--config",
+            "x",
+        ])
+        .unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
+    }
+
+    #[test]
+    fn acks_values() {
+        for (arg, want) in [
+            ("0", Acks::None),
+            ("1", Acks::Leader),
+            ("all", Acks::All),
+            ("-1", Acks::All),
+        ] {
+            let cli = parse(&["produce", "t", "--acks", arg]).unwrap();
+            let Command::Produce(p) = cli.command else {
+                panic!()
+            };
+            assert_eq!(p.acks, want, "{arg}");
+        }
+        let Command::Produce(p) = parse(&["produce", "t"]).unwrap().command else {
+            panic!()
+        };
+        assert_eq!(
+            (p.acks, p.linger_ms, p.batch_size, p.retries),
+            (Acks::All, 5, 16_384, 3)
+        );
+        assert!(parse(&["produce", "t", "--acks", "2"]).is_err());
+    }
+
+    #[test]
+    fn consume_start_options() {
+        let Command::Consume(c) =
+            parse(&["consume", "t", "--from-beginning", "--max-messages", "5"])
+                .unwrap()
+                .command
+        else {
+            panic!()
+        };
+        assert!(c.from_beginning);
+        assert_eq!(c.max_messages, Some(5));
+        let Command::Consume(c) = parse(&[
+            "consume",
+            "t",
+            "--partition",
+            "2",
+            "--offset",
+            "7",
+            "--print-offset",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (c.partition, c.offset, c.print_offset),
+            (Some(2), Some(StartOffset::At(7)), true)
+        );
+        assert!(parse(&["consume", "t", "--from-beginning", "--offset", "3"]).is_err());
+        assert!(parse(&["consume", "t", "--offset", "-3"]).is_err());
+        let Command::Consume(c) = parse(&["consume", "t", "--offset", "earliest"])
+            .unwrap()
+            .command
+        else {
+            panic!()
+        };
+        assert_eq!(c.offset, Some(StartOffset::Earliest));
+    }
+
+    #[test]
+    fn bootstrap_server_flag_env_and_default() {
+        // The only test touching this variable, so it cannot race with another.
+        std::env::remove_var("SYNCLINE_BOOTSTRAP_SERVER");
+        assert_eq!(
+            parse(&["topic", "list"]).unwrap().bootstrap_server,
+            "127.0.0.1:9092"
+        );
+        std::env::set_var("SYNCLINE_BOOTSTRAP_SERVER", "10.0.0.5:19092,10.0.0.6:19092");
+        assert_eq!(
+            parse(&["topic", "list"]).unwrap().bootstrap_server,
+            "10.0.0.5:19092,10.0.0.6:19092"
+        );
+        // The flag wins over the environment, and works after the subcommand.
+        assert_eq!(
+            parse(&["topic", "list", "--bootstrap-server", "h:1"])
+                .unwrap()
+                .bootstrap_server,
+            "h:1"
+        );
+        std::env::remove_var("SYNCLINE_BOOTSTRAP_SERVER");
+    }
+}

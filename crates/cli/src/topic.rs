@@ -1,0 +1,91 @@
+//! `syncline topic create | list | describe`.
+
+use std::collections::BTreeMap;
+
+use anyhow::{bail, Result};
+use syncline_client::{Admin, ClientConfig, NewTopic};
+
+use crate::args::{CreateArgs, DescribeArgs, TopicCommand};
+use crate::errors::{explain, Ctx};
+use crate::output::{topic_json, topic_table};
+
+pub(crate) async fn run(command: TopicCommand, bootstrap: &str) -> Result<()> {
+    match command {
+        TopicCommand::Create(args) => create(args, bootstrap).await,
+        TopicCommand::List => list(bootstrap).await,
+        TopicCommand::Describe(args) => describe(args, bootstrap).await,
+    }
+}
+
+fn admin(ctx: Ctx<'_>) -> Result<Admin> {
+    Admin::new(ClientConfig::new(ctx.bootstrap)).map_err(|e| anyhow::anyhow!(explain(&e, ctx)))
+}
+
+async fn create(args: CreateArgs, bootstrap: &str) -> Result<()> {
+    let ctx = Ctx {
+        bootstrap,
+        topic: Some(&args.name),
+    };
+    if args.partitions < 1 {
+        bail!("--partitions must be at least 1 (got {})", args.partitions);
+    }
+    if args.replication_factor < 1 {
+        bail!(
+            "--replication-factor must be at least 1 (got {})",
+            args.replication_factor
+        );
+    }
+    let mut configs = BTreeMap::new();
+    for (key, value) in args.configs {
+        if let Some(previous) = configs.insert(key.clone(), value) {
+            bail!("--config {key} is given twice (first {key}={previous}): give it once");
+        }
+    }
+    let topic = NewTopic {
+        name: args.name.clone(),
+        num_partitions: args.partitions,
+        replication_factor: args.replication_factor,
+        configs,
+    };
+    let created = admin(ctx)?
+        .create_topic(topic)
+        .await
+        .map_err(|e| anyhow::anyhow!(explain(&e, ctx)))?;
+    println!(
+        "Created topic {} ({} partitions, replication factor {}).",
+        created.name, created.num_partitions, created.replication_factor
+    );
+    Ok(())
+}
+
+async fn list(bootstrap: &str) -> Result<()> {
+    let ctx = Ctx {
+        bootstrap,
+        topic: None,
+    };
+    let names = admin(ctx)?
+        .list_topics()
+        .await
+        .map_err(|e| anyhow::anyhow!(explain(&e, ctx)))?;
+    for name in names {
+        println!("{name}");
+    }
+    Ok(())
+}
+
+async fn describe(args: DescribeArgs, bootstrap: &str) -> Result<()> {
+    let ctx = Ctx {
+        bootstrap,
+        topic: Some(&args.name),
+    };
+    let topic = admin(ctx)?
+        .describe_topic(&args.name)
+        .await
+        .map_err(|e| anyhow::anyhow!(explain(&e, ctx)))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&topic_json(&topic))?);
+    } else {
+        print!("{}", topic_table(&topic));
+    }
+    Ok(())
+}

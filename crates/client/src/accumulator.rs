@@ -1,0 +1,741 @@
+//! The record accumulator: per-partition queues of batches waiting to be sent.
+//! Pure (time comes in as `now`): the producer's sender task asks it which
+//! brokers have sendable batches, drains one request's worth per broker, and puts
+//! failed batches back at the front for a retry.
+//!
+//! A batch is sendable when it is full (`batch_size`), when it has lingered
+//! `linger_ms`, when a flush or close asks for everything, or — for a retry —
+//! when its backoff has passed. A draining broker takes the front batch of every
+//! partition it leads (one batch per partition per request) up to
+//! `max_request_size`.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::time::Duration;
+
+use bytes::Bytes;
+use syncline_proto::batch::BatchBuilder;
+use syncline_proto::pb;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::buffer::Reservation;
+use crate::error::ProduceError;
+use crate::metadata::TopicPartition;
+use crate::record::{Header, RecordMetadata};
+
+/// Where one record's outcome goes.
+pub(crate) type DeliverySender = oneshot::Sender<Result<RecordMetadata, ProduceError>>;
+
+/// A record waiting in a batch.
+#[derive(Debug)]
+pub(crate) struct PendingRecord {
+    pub(crate) timestamp: i64,
+    pub(crate) done: DeliverySender,
+}
+
+/// The fields of a record to append, borrowed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecordFields<'a> {
+    pub(crate) timestamp: i64,
+    pub(crate) key: Option<&'a [u8]>,
+    pub(crate) value: Option<&'a [u8]>,
+    pub(crate) headers: &'a [Header],
+}
+
+impl RecordFields<'_> {
+    fn header_refs(&self) -> Vec<(&[u8], Option<&[u8]>)> {
+        self.headers
+            .iter()
+            .map(|h| (h.key.as_bytes(), h.value.as_deref()))
+            .collect()
+    }
+
+    /// Encoded size at the given position in a batch.
+    fn size_at(&self, offset_delta: i32, timestamp_delta: i64) -> usize {
+        BatchBuilder::record_size(
+            offset_delta,
+            timestamp_delta,
+            self.key,
+            self.value,
+            &self.header_refs(),
+        )
+    }
+
+    /// An upper bound of the encoded size wherever it lands (largest deltas).
+    pub(crate) fn max_size(&self) -> usize {
+        self.size_at(i32::MAX, i64::MAX)
+    }
+}
+
+/// Records of one partition sent (and retried) as one unit.
+#[derive(Debug)]
+pub(crate) struct ProducerBatch {
+    pub(crate) id: u64,
+    pub(crate) tp: TopicPartition,
+    builder: Option<BatchBuilder>,
+    /// The finished bytes, kept so that a retry resends exactly the same batch.
+    encoded: Option<Bytes>,
+    pub(crate) records: Vec<PendingRecord>,
+    _reservation: Reservation,
+    created_at: Instant,
+    /// Sends so far.
+    pub(crate) attempts: u32,
+    retry_at: Option<Instant>,
+    /// The error of the last attempt, reported if the batch then expires.
+    pub(crate) last_error: Option<ProduceError>,
+    /// The leader epoch of the leader the batch was drained for.
+    pub(crate) leader_epoch: i32,
+}
+
+impl ProducerBatch {
+    fn new(
+        id: u64,
+        tp: TopicPartition,
+        base_timestamp: i64,
+        capacity: usize,
+        now: Instant,
+    ) -> Self {
+        ProducerBatch {
+            id,
+            tp,
+            builder: Some(BatchBuilder::with_capacity(base_timestamp, capacity)),
+            encoded: None,
+            records: Vec::new(),
+            _reservation: Reservation::empty(),
+            created_at: now,
+            attempts: 0,
+            retry_at: None,
+            last_error: None,
+            leader_epoch: -1,
+        }
+    }
+
+    /// Size of the batch on the wire.
+    pub(crate) fn size_bytes(&self) -> usize {
+        match (&self.encoded, &self.builder) {
+            (Some(b), _) => b.len(),
+            (None, Some(b)) => b.size_bytes(),
+            (None, None) => 0,
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        self.builder.is_some()
+    }
+
+    /// Stops appends and encodes the batch (idempotent).
+    fn close(&mut self) {
+        if let Some(builder) = self.builder.take() {
+            if !builder.is_empty() {
+                self.encoded = Some(builder.finish());
+            }
+        }
+    }
+
+    /// The batch's bytes (closing it).
+    pub(crate) fn bytes(&mut self) -> Bytes {
+        self.close();
+        self.encoded.clone().unwrap_or_default()
+    }
+
+    /// Would this record fit in the open batch?
+    fn fits(&self, record: &RecordFields<'_>, batch_size: usize) -> bool {
+        let Some(b) = &self.builder else {
+            return false;
+        };
+        let base = self
+            .records
+            .first()
+            .map_or(record.timestamp, |r| r.timestamp);
+        let size = record.size_at(b.len() as i32, record.timestamp - base);
+        b.is_empty() || b.size_bytes() + size <= batch_size
+    }
+
+    /// When the batch reaches its delivery timeout.
+    pub(crate) fn deadline(&self, delivery_timeout: Duration) -> Instant {
+        self.created_at + delivery_timeout
+    }
+
+    /// Acknowledges every record: offsets are `base_offset` + the record's index.
+    pub(crate) fn complete(self, response: &pb::ProducePartitionResponse) {
+        for (index, record) in self.records.into_iter().enumerate() {
+            let timestamp = if response.log_append_time_ms > 0 {
+                response.log_append_time_ms
+            } else {
+                record.timestamp
+            };
+            let _ = record.done.send(Ok(RecordMetadata {
+                topic: self.tp.topic.clone(),
+                partition: self.tp.partition,
+                offset: response.base_offset + index as i64,
+                acked_isr: response.acked_isr.clone(),
+                replication_factor: response.replication_factor,
+                timestamp,
+            }));
+        }
+    }
+
+    /// Completes every record of an `acks=0` batch: sent, offsets unknown.
+    pub(crate) fn complete_unacknowledged(self) {
+        for record in self.records {
+            let _ = record.done.send(Ok(RecordMetadata {
+                topic: self.tp.topic.clone(),
+                partition: self.tp.partition,
+                offset: -1,
+                acked_isr: Vec::new(),
+                replication_factor: 0,
+                timestamp: record.timestamp,
+            }));
+        }
+    }
+
+    /// Fails every record with `error`.
+    pub(crate) fn fail(self, error: &ProduceError) {
+        for record in self.records {
+            let _ = record.done.send(Err(error.clone()));
+        }
+    }
+}
+
+/// What `append` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Appended {
+    /// The record started a new batch.
+    pub(crate) new_batch: bool,
+    /// A batch of the partition is full: the sender should look now rather than
+    /// at the linger deadline.
+    pub(crate) batch_full: bool,
+}
+
+/// Which brokers have something to send, and when to look again.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct ReadyCheck {
+    pub(crate) brokers: BTreeSet<i32>,
+    /// The earliest linger or backoff deadline of a batch not yet sendable.
+    pub(crate) next_check: Option<Instant>,
+    /// Some partition with batches has no known leader: refresh metadata.
+    pub(crate) unknown_leader: bool,
+}
+
+/// Settings the accumulator needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AccumulatorConfig {
+    pub(crate) batch_size: usize,
+    pub(crate) linger: Duration,
+    pub(crate) delivery_timeout: Duration,
+    /// With one request in flight per connection, partitions with a batch in
+    /// flight are muted so that a retry cannot be overtaken.
+    pub(crate) guarantee_order: bool,
+}
+
+/// Per-partition batch queues.
+#[derive(Debug)]
+pub(crate) struct Accumulator {
+    config: AccumulatorConfig,
+    queues: BTreeMap<TopicPartition, VecDeque<ProducerBatch>>,
+    muted: HashSet<TopicPartition>,
+    next_batch_id: u64,
+    /// Batches (queued or in flight) not completed yet, by id.
+    incomplete: BTreeSet<u64>,
+    /// Batches with an id below this are sendable at once (a flush is waiting).
+    flush_before: u64,
+    closing: bool,
+    /// Rotates the first partition a drain looks at, so that a request full at
+    /// `max_request_size` does not always leave out the same partitions.
+    drain_rotation: usize,
+}
+
+impl Accumulator {
+    pub(crate) fn new(config: AccumulatorConfig) -> Self {
+        Accumulator {
+            config,
+            queues: BTreeMap::new(),
+            muted: HashSet::new(),
+            next_batch_id: 0,
+            incomplete: BTreeSet::new(),
+            flush_before: 0,
+            closing: false,
+            drain_rotation: 0,
+        }
+    }
+
+    /// True if appending this record to `tp` would start a new batch.
+    pub(crate) fn would_start_batch(&self, tp: &TopicPartition, record: &RecordFields<'_>) -> bool {
+        !self
+            .queues
+            .get(tp)
+            .and_then(|q| q.back())
+            .is_some_and(|b| b.fits(record, self.config.batch_size))
+    }
+
+    /// Appends a record to the partition's open batch, or to a new one.
+    pub(crate) fn append(
+        &mut self,
+        tp: &TopicPartition,
+        record: RecordFields<'_>,
+        reservation: Reservation,
+        done: DeliverySender,
+        now: Instant,
+    ) -> Appended {
+        let batch_size = self.config.batch_size;
+        let queue = self.queues.entry(tp.clone()).or_default();
+        let new_batch = !queue.back().is_some_and(|b| b.fits(&record, batch_size));
+        if new_batch {
+            if let Some(last) = queue.back_mut() {
+                last.close();
+            }
+            let id = self.next_batch_id;
+            self.next_batch_id += 1;
+            self.incomplete.insert(id);
+            let capacity = record.max_size().min(batch_size);
+            queue.push_back(ProducerBatch::new(
+                id,
+                tp.clone(),
+                record.timestamp,
+                capacity,
+                now,
+            ));
+        }
+        let batch = queue.back_mut().expect("a batch was just ensured");
+        let builder = batch.builder.as_mut().expect("the back batch is open");
+        builder.push(
+            record.timestamp,
+            record.key,
+            record.value,
+            &record.header_refs(),
+        );
+        batch.records.push(PendingRecord {
+            timestamp: record.timestamp,
+            done,
+        });
+        batch._reservation.merge(reservation);
+        let batch_full =
+            queue.len() > 1 || queue.back().is_some_and(|b| b.size_bytes() >= batch_size);
+        Appended {
+            new_batch,
+            batch_full,
+        }
+    }
+
+    fn sendable(
+        &self,
+        batch: &ProducerBatch,
+        queue_len: usize,
+        now: Instant,
+    ) -> Result<(), Instant> {
+        if let Some(at) = batch.retry_at {
+            return if now >= at { Ok(()) } else { Err(at) };
+        }
+        let linger_end = batch.created_at + self.config.linger;
+        if queue_len > 1
+            || !batch.is_open()
+            || batch.size_bytes() >= self.config.batch_size
+            || batch.id < self.flush_before
+            || self.closing
+            || now >= linger_end
+        {
+            Ok(())
+        } else {
+            Err(linger_end)
+        }
+    }
+
+    /// The brokers that lead a partition with a sendable batch.
+    pub(crate) fn ready(
+        &self,
+        now: Instant,
+        leader_of: impl Fn(&TopicPartition) -> Option<(i32, i32)>,
+    ) -> ReadyCheck {
+        let mut check = ReadyCheck::default();
+        for (tp, queue) in &self.queues {
+            let Some(first) = queue.front() else { continue };
+            if self.muted.contains(tp) {
+                continue;
+            }
+            match self.sendable(first, queue.len(), now) {
+                Ok(()) => match leader_of(tp) {
+                    Some((leader, _)) => {
+                        check.brokers.insert(leader);
+                    }
+                    None => check.unknown_leader = true,
+                },
+                Err(at) => {
+                    check.next_check = Some(check.next_check.map_or(at, |c| c.min(at)));
+                }
+            }
+        }
+        check
+    }
+
+    /// Takes one request's worth of batches for `broker`: the front batch of each
+    /// partition it leads (not muted, not backing off), while the total stays
+    /// within `max_request_size` (one batch is always taken).
+    pub(crate) fn drain(
+        &mut self,
+        broker: i32,
+        leader_of: impl Fn(&TopicPartition) -> Option<(i32, i32)>,
+        max_request_size: usize,
+        now: Instant,
+    ) -> Vec<ProducerBatch> {
+        let tps: Vec<TopicPartition> = self
+            .queues
+            .iter()
+            .filter(|(tp, q)| !q.is_empty() && !self.muted.contains(*tp))
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        if tps.is_empty() {
+            return Vec::new();
+        }
+        let start = self.drain_rotation % tps.len();
+        self.drain_rotation = self.drain_rotation.wrapping_add(1);
+        let mut drained = Vec::new();
+        let mut size = 0;
+        for tp in tps[start..].iter().chain(&tps[..start]) {
+            let Some((leader, epoch)) = leader_of(tp) else {
+                continue;
+            };
+            if leader != broker {
+                continue;
+            }
+            let queue = self.queues.get_mut(tp).expect("listed above");
+            let front = queue.front().expect("non-empty");
+            if front.retry_at.is_some_and(|at| now < at) {
+                continue;
+            }
+            if !drained.is_empty() && size + front.size_bytes() > max_request_size {
+                break;
+            }
+            let mut batch = queue.pop_front().expect("non-empty");
+            batch.close();
+            batch.attempts += 1;
+            batch.retry_at = None;
+            batch.leader_epoch = epoch;
+            size += batch.size_bytes();
+            if self.config.guarantee_order {
+                self.muted.insert(tp.clone());
+            }
+            drained.push(batch);
+        }
+        self.queues.retain(|_, q| !q.is_empty());
+        drained
+    }
+
+    /// Puts a failed batch back at the front of its queue, to be sent again after
+    /// `backoff`.
+    pub(crate) fn reenqueue(&mut self, mut batch: ProducerBatch, backoff: Duration, now: Instant) {
+        self.muted.remove(&batch.tp);
+        batch.retry_at = Some(now + backoff);
+        self.queues
+            .entry(batch.tp.clone())
+            .or_default()
+            .push_front(batch);
+    }
+
+    /// A batch is done (acknowledged or failed).
+    pub(crate) fn completed(&mut self, batch: &ProducerBatch) {
+        self.muted.remove(&batch.tp);
+        self.incomplete.remove(&batch.id);
+    }
+
+    /// Removes the queued batches past their delivery timeout.
+    pub(crate) fn expire(&mut self, now: Instant) -> Vec<ProducerBatch> {
+        let timeout = self.config.delivery_timeout;
+        let mut expired = Vec::new();
+        for queue in self.queues.values_mut() {
+            while queue.front().is_some_and(|b| now >= b.deadline(timeout)) {
+                expired.push(queue.pop_front().expect("checked"));
+            }
+        }
+        self.queues.retain(|_, q| !q.is_empty());
+        for b in &expired {
+            self.incomplete.remove(&b.id);
+        }
+        expired
+    }
+
+    /// The earliest delivery deadline of a queued batch.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        let timeout = self.config.delivery_timeout;
+        self.queues
+            .values()
+            .filter_map(VecDeque::front)
+            .map(|b| b.deadline(timeout))
+            .min()
+    }
+
+    /// Makes every batch that exists now sendable at once; returns the token
+    /// [`Accumulator::flushed`] takes.
+    pub(crate) fn begin_flush(&mut self) -> u64 {
+        self.flush_before = self.flush_before.max(self.next_batch_id);
+        self.next_batch_id
+    }
+
+    /// Whether every batch created before the flush `token` is complete.
+    pub(crate) fn flushed(&self, token: u64) -> bool {
+        self.incomplete.first().is_none_or(|&id| id >= token)
+    }
+
+    /// Makes everything sendable at once from now on.
+    pub(crate) fn begin_close(&mut self) {
+        self.closing = true;
+    }
+
+    /// No batch is queued.
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queues.is_empty()
+    }
+
+    /// No batch is queued or in flight.
+    pub(crate) fn all_complete(&self) -> bool {
+        self.incomplete.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buffer::BufferPool;
+    use syncline_proto::batch;
+
+    pub(super) const MS: Duration = Duration::from_millis(1);
+
+    fn config() -> AccumulatorConfig {
+        AccumulatorConfig {
+            batch_size: 200,
+            linger: 5 * MS,
+            delivery_timeout: 1000 * MS,
+            guarantee_order: false,
+        }
+    }
+
+    fn value(n: usize) -> Vec<u8> {
+        vec![b'x'; n]
+    }
+
+    type Receiver = oneshot::Receiver<Result<RecordMetadata, ProduceError>>;
+
+    fn push(
+        acc: &mut Accumulator,
+        tp: &TopicPartition,
+        v: &[u8],
+        now: Instant,
+    ) -> (Appended, Receiver) {
+        let (tx, rx) = oneshot::channel();
+        let fields = RecordFields {
+            timestamp: 1_000,
+            key: None,
+            value: Some(v),
+            headers: &[],
+        };
+        (acc.append(tp, fields, Reservation::empty(), tx, now), rx)
+    }
+
+    fn leaders(tp: &TopicPartition) -> Option<(i32, i32)> {
+        // Partition p is led by broker p % 2 + 1 at epoch 7; partition 9 has no leader.
+        (tp.partition != 9).then_some((tp.partition % 2 + 1, 7))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn batch_is_sendable_after_linger_or_when_full() {
+        let mut acc = Accumulator::new(config());
+        let t0 = Instant::now();
+        let tp = TopicPartition::new("t", 0);
+        let (a, _r) = push(&mut acc, &tp, &value(10), t0);
+        assert_eq!(
+            a,
+            Appended {
+                new_batch: true,
+                batch_full: false
+            }
+        );
+        let check = acc.ready(t0, leaders);
+        assert!(check.brokers.is_empty());
+        assert_eq!(check.next_check, Some(t0 + 5 * MS));
+        assert_eq!(acc.ready(t0 + 5 * MS, leaders).brokers, BTreeSet::from([1]));
+
+        // Filling up: the record that does not fit starts a second batch, and the
+        // first is sendable before its linger ends.
+        let tp2 = TopicPartition::new("t", 1);
+        let mut appended = Vec::new();
+        for _ in 0..10 {
+            appended.push(push(&mut acc, &tp2, &value(30), t0).0);
+        }
+        assert!(appended[0].new_batch);
+        let first_new = appended.iter().skip(1).position(|a| a.new_batch).unwrap() + 1;
+        assert!(appended[first_new].batch_full);
+        assert_eq!(acc.ready(t0, leaders).brokers, BTreeSet::from([2]));
+        let drained = acc.drain(2, leaders, 1 << 20, t0);
+        assert_eq!(drained.len(), 1, "one batch per partition per request");
+        assert!(drained[0].size_bytes() <= 200);
+        assert_eq!(drained[0].records.len(), first_new);
+        assert_eq!(drained[0].leader_epoch, 7);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn record_larger_than_batch_size_gets_its_own_batch() {
+        let mut acc = Accumulator::new(config());
+        let t0 = Instant::now();
+        let tp = TopicPartition::new("t", 0);
+        push(&mut acc, &tp, &value(10), t0);
+        let (big, _r) = push(&mut acc, &tp, &value(500), t0);
+        assert!(big.new_batch && big.batch_full);
+        let (after, _r) = push(&mut acc, &tp, &value(10), t0);
+        assert!(after.new_batch);
+        let b = acc.drain(1, leaders, 1 << 20, t0);
+        assert_eq!(b[0].records.len(), 1);
+        let mut second = acc.drain(1, leaders, 1 << 20, t0);
+        assert!(second[0].size_bytes() > 500);
+        batch::validate(&second[0].bytes()).unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn drain_combines_partitions_per_broker_within_max_request_size() {
+        let mut acc = Accumulator::new(config());
+        let t0 = Instant::now();
+        for p in 0..6 {
+            push(&mut acc, &TopicPartition::new("t", p), &value(100), t0);
+        }
+        push(&mut acc, &TopicPartition::new("t", 9), &value(100), t0);
+        let later = t0 + 5 * MS;
+        let check = acc.ready(later, leaders);
+        assert_eq!(check.brokers, BTreeSet::from([1, 2]));
+        assert!(check.unknown_leader, "partition 9 has no leader");
+
+        // Broker 1 leads 0, 2, 4: all three fit in one request.
+        let b1 = acc.drain(1, leaders, 1 << 20, later);
+        let mut ps: Vec<i32> = b1.iter().map(|b| b.tp.partition).collect();
+        ps.sort();
+        assert_eq!(ps, [0, 2, 4]);
+        // Broker 2 leads 1, 3, 5, but only two batches fit in 300 bytes.
+        let one = b1[0].size_bytes();
+        let b2 = acc.drain(2, leaders, 2 * one + 1, later);
+        assert_eq!(b2.len(), 2);
+        assert!(b2
+            .iter()
+            .all(|b| b.tp.partition % 2 == 1 && b.attempts == 1));
+        let b2 = acc.drain(2, leaders, 1, later);
+        assert_eq!(b2.len(), 1, "one batch always goes, whatever its size");
+        assert!(acc.drain(2, leaders, 1 << 20, later).is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_goes_first_after_backoff_and_muting_keeps_order() {
+        let mut acc = Accumulator::new(AccumulatorConfig {
+            guarantee_order: true,
+            ..config()
+        });
+        let t0 = Instant::now();
+        let tp = TopicPartition::new("t", 0);
+        push(&mut acc, &tp, &value(150), t0);
+        push(&mut acc, &tp, &value(150), t0); // second batch
+        let first = acc.drain(1, leaders, 1 << 20, t0).pop().unwrap();
+        // Muted while in flight: the second batch waits.
+        assert!(acc.ready(t0, leaders).brokers.is_empty());
+        assert!(acc.drain(1, leaders, 1 << 20, t0).is_empty());
+        // The first fails and comes back in front, after its backoff.
+        let first_id = first.id;
+        acc.reenqueue(first, 100 * MS, t0);
+        let check = acc.ready(t0, leaders);
+        assert!(check.brokers.is_empty());
+        assert_eq!(check.next_check, Some(t0 + 100 * MS));
+        let again = acc.drain(1, leaders, 1 << 20, t0 + 100 * MS);
+        assert_eq!(again.len(), 1);
+        assert_eq!((again[0].id, again[0].attempts), (first_id, 2));
+        acc.completed(&again[0]);
+        let second = acc.drain(1, leaders, 1 << 20, t0 + 100 * MS);
+        assert_eq!(second[0].id, first_id + 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn flush_makes_batches_sendable_and_tracks_completion() {
+        let mut acc = Accumulator::new(config());
+        let t0 = Instant::now();
+        let tp = TopicPartition::new("t", 0);
+        push(&mut acc, &tp, &value(10), t0);
+        let token = acc.begin_flush();
+        assert_eq!(acc.ready(t0, leaders).brokers, BTreeSet::from([1]));
+        // A batch created after the flush lingers as usual.
+        push(&mut acc, &TopicPartition::new("t", 2), &value(10), t0);
+        let drained = acc.drain(1, leaders, 1 << 20, t0);
+        assert!(!acc.flushed(token));
+        for b in drained.iter().filter(|b| b.tp.partition == 0) {
+            acc.completed(b);
+        }
+        assert!(acc.flushed(token));
+        assert!(!acc.all_complete());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn expired_batches_are_removed_and_failed() {
+        let mut acc = Accumulator::new(config());
+        let t0 = Instant::now();
+        let tp = TopicPartition::new("t", 9); // no leader: never sent
+        let (_, rx) = push(&mut acc, &tp, &value(10), t0);
+        assert!(acc.expire(t0 + 999 * MS).is_empty());
+        let expired = acc.expire(t0 + 1000 * MS);
+        assert_eq!(expired.len(), 1);
+        assert!(acc.all_complete() && acc.is_empty());
+        let err = ProduceError::DeliveryTimeout {
+            timeout_ms: 1000,
+            last_error: None,
+        };
+        expired.into_iter().for_each(|b| b.fail(&err));
+        assert!(matches!(
+            rx.await.unwrap(),
+            Err(ProduceError::DeliveryTimeout { .. })
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn acknowledgement_maps_offsets_to_records_in_order() {
+        let mut acc = Accumulator::new(config());
+        let t0 = Instant::now();
+        let tp = TopicPartition::new("t", 0);
+        let rxs: Vec<Receiver> = (0..3)
+            .map(|i| push(&mut acc, &tp, &value(i + 1), t0).1)
+            .collect();
+        let batch = acc.drain(1, leaders, 1 << 20, t0 + 5 * MS).pop().unwrap();
+        acc.completed(&batch);
+        batch.complete(&pb::ProducePartitionResponse {
+            partition: 0,
+            base_offset: 40,
+            acked_isr: vec![1, 2],
+            replication_factor: 3,
+            ..Default::default()
+        });
+        for (i, rx) in rxs.into_iter().enumerate() {
+            let md = rx.await.unwrap().unwrap();
+            assert_eq!(md.offset, 40 + i as i64);
+            assert_eq!((md.topic.as_str(), md.partition), ("t", 0));
+            assert_eq!(md.acked_isr, [1, 2]);
+            assert!(md.is_under_replicated());
+            assert_eq!(md.timestamp, 1_000);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn batch_holds_its_records_buffer_until_it_is_dropped() {
+        let pool = BufferPool::new(1000);
+        let mut acc = Accumulator::new(config());
+        let t0 = Instant::now();
+        let tp = TopicPartition::new("t", 0);
+        for _ in 0..2 {
+            let r = pool.reserve(100, Duration::ZERO).await.unwrap();
+            let (tx, _rx) = oneshot::channel();
+            let v = value(50);
+            let fields = RecordFields {
+                timestamp: 0,
+                key: None,
+                value: Some(&v),
+                headers: &[],
+            };
+            acc.append(&tp, fields, r, tx, t0);
+        }
+        assert_eq!(pool.available(), 800);
+        let batch = acc.drain(1, leaders, 1 << 20, t0 + 5 * MS).pop().unwrap();
+        assert_eq!(pool.available(), 800, "in flight still counts");
+        batch.complete_unacknowledged();
+        assert_eq!(pool.available(), 1000);
+    }
+}

@@ -1,0 +1,622 @@
+//! Cluster administration: create, list and describe topics; describe the
+//! cluster.
+//!
+//! Describing a topic fully takes more than one broker: any broker knows the
+//! assignment, leader and ISR, but only a partition's leader knows its high
+//! watermark, log end offset and how far each follower is. [`Admin::describe_topics`]
+//! asks any broker first, then every leader for the partitions it leads, and
+//! merges the answers.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use syncline_proto::{pb, ErrorCode};
+use tokio::time::Instant;
+
+use crate::cluster::{backoff, expect_body, Cluster};
+use crate::config::ClientConfig;
+use crate::error::ClientError;
+use crate::metadata::BrokerEndpoint;
+
+/// A topic to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTopic {
+    /// Topic name.
+    pub name: String,
+    /// Partitions; -1 for the broker's `num_partitions`.
+    pub num_partitions: i32,
+    /// Replicas per partition; -1 for the broker's `default_replication_factor`.
+    pub replication_factor: i32,
+    /// Topic configs with Kafka's dotted names (`min.insync.replicas`, ...).
+    pub configs: BTreeMap<String, String>,
+}
+
+impl NewTopic {
+    /// A topic with these partition and replica counts and no configs.
+    pub fn new(name: impl Into<String>, num_partitions: i32, replication_factor: i32) -> Self {
+        NewTopic {
+            name: name.into(),
+            num_partitions,
+            replication_factor,
+            configs: BTreeMap::new(),
+        }
+    }
+
+    /// Adds a topic config.
+    pub fn with_config(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.configs.insert(key.into(), value.into());
+        self
+    }
+}
+
+/// A topic the controller created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreatedTopic {
+    /// Topic name.
+    pub name: String,
+    /// Partitions it got.
+    pub num_partitions: i32,
+    /// Replicas per partition.
+    pub replication_factor: i32,
+    /// Its configs.
+    pub configs: BTreeMap<String, String>,
+}
+
+/// The leader's view of one follower (or of itself).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaStatus {
+    /// The replica's broker.
+    pub broker_id: i32,
+    /// Its log end offset as the leader last heard; `None` if not heard from since
+    /// the leader took over.
+    pub log_end_offset: Option<i64>,
+    /// Offsets behind the leader's log end.
+    pub lag_offsets: i64,
+    /// Time since it was last caught up; `None` if never under this leader.
+    pub last_caught_up_ms_ago: Option<i64>,
+    /// Whether it is in the ISR.
+    pub in_isr: bool,
+}
+
+/// What only a partition's leader knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderView {
+    /// High watermark: offsets below it are committed.
+    pub high_watermark: i64,
+    /// The leader's log end offset.
+    pub log_end_offset: i64,
+    /// The first offset still in the log.
+    pub log_start_offset: i64,
+    /// Every replica, as the leader sees it.
+    pub replica_statuses: Vec<ReplicaStatus>,
+    /// An ISR the leader proposed that the controller has not committed yet.
+    pub pending_isr: Vec<i32>,
+}
+
+/// One partition of a described topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionDescription {
+    /// Partition number.
+    pub partition: i32,
+    /// An error for this partition, if any.
+    pub error: Option<ErrorCode>,
+    /// Leader broker, `None` while offline.
+    pub leader: Option<i32>,
+    /// Leader epoch.
+    pub leader_epoch: i32,
+    /// Partition epoch (bumped by every leader or ISR change).
+    pub partition_epoch: i32,
+    /// Assigned replicas.
+    pub replicas: Vec<i32>,
+    /// In-sync replicas.
+    pub isr: Vec<i32>,
+    /// The leader's own view; `None` if the leader could not be asked.
+    pub leader_view: Option<LeaderView>,
+}
+
+/// A described topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicDescription {
+    /// Topic name.
+    pub name: String,
+    /// A topic-level error (e.g. `UNKNOWN_TOPIC_OR_PARTITION`).
+    pub error: Option<ErrorCode>,
+    /// Topic configs.
+    pub configs: BTreeMap<String, String>,
+    /// Partitions, by number.
+    pub partitions: Vec<PartitionDescription>,
+}
+
+impl TopicDescription {
+    /// The replication factor (replicas of the first partition).
+    pub fn replication_factor(&self) -> usize {
+        self.partitions.first().map_or(0, |p| p.replicas.len())
+    }
+}
+
+/// A registered broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerDescription {
+    /// Id, address and rack.
+    pub endpoint: BrokerEndpoint,
+    /// Its registration epoch.
+    pub broker_epoch: i64,
+    /// Fenced brokers are registered but not alive (no heartbeat, or shutting
+    /// down); they lead nothing.
+    pub fenced: bool,
+    /// `host:port` of its Prometheus endpoint, if enabled.
+    pub metrics_address: Option<String>,
+}
+
+/// The cluster as the controller knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterDescription {
+    /// Cluster id.
+    pub cluster_id: String,
+    /// The active controller, if known.
+    pub controller_id: Option<i32>,
+    /// Registered brokers, by id.
+    pub brokers: Vec<BrokerDescription>,
+}
+
+/// Administrative client.
+///
+/// ```no_run
+/// # async fn example() -> Result<(), syncline_client::ClientError> {
+/// use syncline_client::{Admin, ClientConfig, NewTopic};
+///
+/// let admin = Admin::new(ClientConfig::new("127.0.0.1:9092"))?;
+/// admin
+///     .create_topic(NewTopic::new("events", 3, 3).with_config("min.insync.replicas", "2"))
+///     .await?;
+/// for p in admin.describe_topic("events").await?.partitions {
+///     println!("{}: leader {:?} isr {:?}", p.partition, p.leader, p.isr);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Admin {
+    cluster: Arc<Cluster>,
+}
+
+impl Admin {
+    /// An admin client; connects on first use.
+    pub fn new(config: ClientConfig) -> Result<Admin, ClientError> {
+        Ok(Admin {
+            cluster: Cluster::new(config)?,
+        })
+    }
+
+    /// Creates topics. Returns one result per topic, in the order given; a topic
+    /// error names its code (`TOPIC_ALREADY_EXISTS`, `INVALID_REPLICATION_FACTOR`,
+    /// `INVALID_CONFIG`, ...). Retriable per-topic errors (e.g. `NOT_CONTROLLER`
+    /// during a controller change) are retried within `request_timeout_ms`.
+    pub async fn create_topics(
+        &self,
+        topics: &[NewTopic],
+    ) -> Result<Vec<Result<CreatedTopic, ClientError>>, ClientError> {
+        let config = &self.cluster.config;
+        let deadline = Instant::now() + config.request_timeout();
+        let mut results: Vec<Option<Result<CreatedTopic, ClientError>>> =
+            topics.iter().map(|_| None).collect();
+        if topics.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut attempt = 0;
+        loop {
+            let pending: Vec<&NewTopic> = topics
+                .iter()
+                .zip(&results)
+                .filter(|(_, r)| r.is_none())
+                .map(|(t, _)| t)
+                .collect();
+            let request = pb::CreateTopicsRequest {
+                topics: pending
+                    .iter()
+                    .map(|t| pb::CreatableTopic {
+                        name: t.name.clone(),
+                        num_partitions: t.num_partitions,
+                        replication_factor: t.replication_factor,
+                        configs: t.configs.clone().into_iter().collect(),
+                    })
+                    .collect(),
+                timeout_ms: i32::try_from(config.request_timeout_ms).unwrap_or(i32::MAX),
+                validate_only: false,
+            };
+            let body = self
+                .cluster
+                .send_any(pb::request::Body::CreateTopics(request))
+                .await?;
+            let response = expect_body!(body, CreateTopics)?;
+            attempt += 1;
+            let retry_at = Instant::now() + backoff(config, attempt);
+            let mut retry = false;
+            for (i, topic) in topics.iter().enumerate() {
+                if results[i].is_some() {
+                    continue;
+                }
+                let Some(answer) = response.topics.iter().find(|r| r.name == topic.name) else {
+                    results[i] = Some(Err(ClientError::Topic {
+                        topic: topic.name.clone(),
+                        code: ErrorCode::UnknownServerError,
+                        message: "no result for this topic in the response".into(),
+                    }));
+                    continue;
+                };
+                match create_result(answer) {
+                    Err(e) if e.is_retriable() && retry_at < deadline => retry = true,
+                    other => results[i] = Some(other),
+                }
+            }
+            if !retry {
+                break;
+            }
+            tokio::time::sleep_until(retry_at).await;
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| r.expect("every topic got a result"))
+            .collect())
+    }
+
+    /// Creates one topic.
+    pub async fn create_topic(&self, topic: NewTopic) -> Result<CreatedTopic, ClientError> {
+        self.create_topics(std::slice::from_ref(&topic))
+            .await?
+            .pop()
+            .expect("one result per topic")
+    }
+
+    /// Names of all topics, sorted.
+    pub async fn list_topics(&self) -> Result<Vec<String>, ClientError> {
+        let response = self.cluster.refresh_metadata(Vec::new()).await?;
+        let names: BTreeSet<String> = response.topics.into_iter().map(|t| t.name).collect();
+        Ok(names.into_iter().collect())
+    }
+
+    /// Describes topics (empty: all), with each partition leader's own view
+    /// merged in. Unknown topics come back with an `error`.
+    pub async fn describe_topics(
+        &self,
+        topics: &[&str],
+    ) -> Result<Vec<TopicDescription>, ClientError> {
+        let names: Vec<String> = topics.iter().map(|t| t.to_string()).collect();
+        let request = || {
+            pb::request::Body::DescribeTopics(pb::DescribeTopicsRequest {
+                topics: names.clone(),
+            })
+        };
+        let base = expect_body!(self.cluster.send_any(request()).await?, DescribeTopics)?;
+        // Broker addresses for the leaders.
+        self.cluster.refresh_metadata(names.clone()).await?;
+
+        let leaders: BTreeSet<i32> = base
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .filter(|p| !p.from_leader && p.leader_id >= 0)
+            .map(|p| p.leader_id)
+            .collect();
+        let asks = leaders.into_iter().map(|leader| {
+            let cluster = self.cluster.clone();
+            let body = request();
+            async move {
+                let answer = cluster
+                    .send_to(leader, body)
+                    .await
+                    .and_then(|b| expect_body!(b, DescribeTopics));
+                match answer {
+                    Ok(r) => Some((leader, r)),
+                    Err(e) => {
+                        tracing::warn!(broker = leader, error = %e, "cannot ask a partition leader for its view");
+                        None
+                    }
+                }
+            }
+        });
+        let views: Vec<(i32, pb::DescribeTopicsResponse)> = futures::future::join_all(asks)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        Ok(merge_descriptions(base, &views))
+    }
+
+    /// Describes one topic; an unknown topic is [`ClientError::UnknownTopic`].
+    pub async fn describe_topic(&self, topic: &str) -> Result<TopicDescription, ClientError> {
+        let described = self.describe_topics(&[topic]).await?;
+        let found = described
+            .into_iter()
+            .find(|t| t.name == topic)
+            .ok_or_else(|| ClientError::UnknownTopic(topic.to_string()))?;
+        match found.error {
+            Some(ErrorCode::UnknownTopicOrPartition) => {
+                Err(ClientError::UnknownTopic(topic.to_string()))
+            }
+            Some(code) => Err(ClientError::Topic {
+                topic: topic.to_string(),
+                code,
+                message: String::new(),
+            }),
+            None => Ok(found),
+        }
+    }
+
+    /// Every registered broker, fenced or not, and the controller.
+    pub async fn describe_cluster(&self) -> Result<ClusterDescription, ClientError> {
+        let body = self
+            .cluster
+            .send_any(pb::request::Body::DescribeCluster(
+                pb::DescribeClusterRequest {},
+            ))
+            .await?;
+        let response = expect_body!(body, DescribeCluster)?;
+        let code = ErrorCode::from_wire(response.error_code);
+        if code != ErrorCode::None {
+            return Err(ClientError::Protocol {
+                code,
+                message: String::new(),
+            });
+        }
+        Ok(cluster_description(response))
+    }
+}
+
+fn create_result(answer: &pb::CreatableTopicResult) -> Result<CreatedTopic, ClientError> {
+    let code = ErrorCode::from_wire(answer.error_code);
+    if code != ErrorCode::None {
+        return Err(ClientError::Topic {
+            topic: answer.name.clone(),
+            code,
+            message: answer.error_message.clone(),
+        });
+    }
+    Ok(CreatedTopic {
+        name: answer.name.clone(),
+        num_partitions: answer.num_partitions,
+        replication_factor: answer.replication_factor,
+        configs: answer.configs.clone().into_iter().collect(),
+    })
+}
+
+pub(crate) fn cluster_description(response: pb::DescribeClusterResponse) -> ClusterDescription {
+    let mut brokers: Vec<BrokerDescription> = response
+        .brokers
+        .iter()
+        .map(|b| BrokerDescription {
+            endpoint: b
+                .endpoint
+                .as_ref()
+                .map(BrokerEndpoint::from)
+                .unwrap_or(BrokerEndpoint {
+                    id: -1,
+                    host: String::new(),
+                    port: 0,
+                    rack: None,
+                }),
+            broker_epoch: b.broker_epoch,
+            fenced: b.fenced,
+            metrics_address: (!b.metrics_address.is_empty()).then(|| b.metrics_address.clone()),
+        })
+        .collect();
+    brokers.sort_by_key(|b| b.endpoint.id);
+    ClusterDescription {
+        cluster_id: response.cluster_id,
+        controller_id: (response.controller_id >= 0).then_some(response.controller_id),
+        brokers,
+    }
+}
+
+fn leader_view(p: &pb::PartitionDescription) -> Option<LeaderView> {
+    p.from_leader.then(|| LeaderView {
+        high_watermark: p.high_watermark,
+        log_end_offset: p.log_end_offset,
+        log_start_offset: p.log_start_offset,
+        replica_statuses: p
+            .replica_statuses
+            .iter()
+            .map(|r| ReplicaStatus {
+                broker_id: r.broker_id,
+                log_end_offset: (r.log_end_offset >= 0).then_some(r.log_end_offset),
+                lag_offsets: r.lag_offsets,
+                last_caught_up_ms_ago: (r.last_caught_up_ms_ago >= 0)
+                    .then_some(r.last_caught_up_ms_ago),
+                in_isr: r.in_isr,
+            })
+            .collect(),
+        pending_isr: p.pending_isr.clone(),
+    })
+}
+
+fn partition_description(p: &pb::PartitionDescription) -> PartitionDescription {
+    let code = ErrorCode::from_wire(p.error_code);
+    PartitionDescription {
+        partition: p.partition,
+        error: (code != ErrorCode::None).then_some(code),
+        leader: (p.leader_id >= 0).then_some(p.leader_id),
+        leader_epoch: p.leader_epoch,
+        partition_epoch: p.partition_epoch,
+        replicas: p.replicas.clone(),
+        isr: p.isr.clone(),
+        leader_view: leader_view(p),
+    }
+}
+
+/// Merges any broker's description (`base`) with the leaders' own answers
+/// (`views`, by the broker that answered). A partition takes its leader view
+/// from the broker the base names as leader, if that broker answered as leader;
+/// when the leader's answer carries a newer leader epoch, the whole partition
+/// comes from it (the base broker had not heard of the change yet).
+pub(crate) fn merge_descriptions(
+    base: pb::DescribeTopicsResponse,
+    views: &[(i32, pb::DescribeTopicsResponse)],
+) -> Vec<TopicDescription> {
+    let find = |broker: i32, topic: &str, partition: i32| {
+        views
+            .iter()
+            .filter(|(b, _)| *b == broker)
+            .flat_map(|(_, r)| &r.topics)
+            .filter(|t| t.name == topic)
+            .flat_map(|t| &t.partitions)
+            .find(|p| p.partition == partition && p.from_leader)
+    };
+    let mut topics: Vec<TopicDescription> = base
+        .topics
+        .iter()
+        .map(|t| {
+            let code = ErrorCode::from_wire(t.error_code);
+            let mut partitions: Vec<PartitionDescription> = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    if p.from_leader || p.leader_id < 0 {
+                        return partition_description(p);
+                    }
+                    match find(p.leader_id, &t.name, p.partition) {
+                        Some(l) if l.leader_epoch > p.leader_epoch => partition_description(l),
+                        Some(l) if l.leader_epoch == p.leader_epoch => PartitionDescription {
+                            leader_view: leader_view(l),
+                            ..partition_description(p)
+                        },
+                        _ => partition_description(p),
+                    }
+                })
+                .collect();
+            partitions.sort_by_key(|p| p.partition);
+            TopicDescription {
+                name: t.name.clone(),
+                error: (code != ErrorCode::None).then_some(code),
+                configs: t.configs.clone().into_iter().collect(),
+                partitions,
+            }
+        })
+        .collect();
+    topics.sort_by(|a, b| a.name.cmp(&b.name));
+    topics
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(partition: i32, leader: i32, epoch: i32) -> pb::PartitionDescription {
+        pb::PartitionDescription {
+            partition,
+            leader_id: leader,
+            leader_epoch: epoch,
+            replicas: vec![1, 2, 3],
+            isr: vec![1, 2, 3],
+            ..Default::default()
+        }
+    }
+
+    fn leading(mut p: pb::PartitionDescription, hw: i64) -> pb::PartitionDescription {
+        p.from_leader = true;
+        p.high_watermark = hw;
+        p.log_end_offset = hw + 5;
+        p.replica_statuses = vec![pb::ReplicaStatus {
+            broker_id: 3,
+            log_end_offset: -1,
+            lag_offsets: hw + 5,
+            last_caught_up_ms_ago: -1,
+            in_isr: false,
+        }];
+        p
+    }
+
+    fn response(partitions: Vec<pb::PartitionDescription>) -> pb::DescribeTopicsResponse {
+        pb::DescribeTopicsResponse {
+            topics: vec![pb::TopicDescription {
+                name: "t".into(),
+                error_code: 0,
+                configs: [("min.insync.replicas".to_string(), "2".to_string())].into(),
+                partitions,
+            }],
+        }
+    }
+
+    #[test]
+    fn merge_takes_each_partitions_view_from_its_leader() {
+        // The answering broker (1) leads partition 0; 2 leads 1; 3 leads 2 but did
+        // not answer; partition 3 is offline.
+        let base = response(vec![
+            part(3, -1, 4),
+            leading(part(0, 1, 1), 10),
+            part(1, 2, 1),
+            part(2, 3, 1),
+        ]);
+        // Broker 2 also answers for partition 0 (not as leader): ignored.
+        let from2 = response(vec![part(0, 1, 1), leading(part(1, 2, 1), 20)]);
+        let merged = merge_descriptions(base, &[(2, from2)]);
+        assert_eq!(merged.len(), 1);
+        let t = &merged[0];
+        assert_eq!(t.configs["min.insync.replicas"], "2");
+        assert_eq!(t.replication_factor(), 3);
+        let hw: Vec<Option<i64>> = t
+            .partitions
+            .iter()
+            .map(|p| p.leader_view.as_ref().map(|v| v.high_watermark))
+            .collect();
+        assert_eq!(hw, [Some(10), Some(20), None, None]);
+        let view = t.partitions[1].leader_view.as_ref().unwrap();
+        assert_eq!(view.log_end_offset, 25);
+        assert_eq!(view.replica_statuses[0].log_end_offset, None);
+        assert_eq!(view.replica_statuses[0].last_caught_up_ms_ago, None);
+        assert_eq!(t.partitions[3].leader, None);
+    }
+
+    #[test]
+    fn merge_prefers_a_leader_with_a_newer_epoch_and_ignores_stale_ones() {
+        let base = response(vec![part(0, 2, 3), part(1, 2, 3)]);
+        let mut newer = leading(part(0, 2, 4), 7);
+        newer.isr = vec![2, 3];
+        // Partition 1: broker 2 answers as leader of an older epoch.
+        let stale = leading(part(1, 2, 2), 99);
+        let merged = merge_descriptions(base, &[(2, response(vec![newer, stale]))]);
+        let p = &merged[0].partitions;
+        assert_eq!((p[0].leader_epoch, p[0].isr.clone()), (4, vec![2, 3]));
+        assert_eq!(p[0].leader_view.as_ref().unwrap().high_watermark, 7);
+        assert_eq!(p[1].leader_view, None);
+    }
+
+    #[test]
+    fn cluster_description_sorts_brokers_and_maps_empty_fields() {
+        let b = |id: i32, fenced: bool, metrics: &str| pb::BrokerInfo {
+            endpoint: Some(pb::BrokerEndpoint {
+                node_id: id,
+                host: "h".into(),
+                port: 9090 + id,
+                rack: if id == 1 { "r1".into() } else { String::new() },
+            }),
+            broker_epoch: 10 + i64::from(id),
+            fenced,
+            metrics_address: metrics.into(),
+        };
+        let d = cluster_description(pb::DescribeClusterResponse {
+            error_code: 0,
+            cluster_id: "c".into(),
+            controller_id: -1,
+            brokers: vec![b(2, true, ""), b(1, false, "h:9101")],
+        });
+        assert_eq!(d.controller_id, None);
+        assert_eq!(d.brokers[0].endpoint.rack.as_deref(), Some("r1"));
+        assert_eq!(d.brokers[0].metrics_address.as_deref(), Some("h:9101"));
+        assert!(d.brokers[1].fenced && d.brokers[1].metrics_address.is_none());
+    }
+
+    #[test]
+    fn create_result_names_the_error() {
+        let answer = pb::CreatableTopicResult {
+            name: "t".into(),
+            error_code: ErrorCode::InvalidReplicationFactor as i32,
+            error_message: "3 > 2 brokers".into(),
+            ..Default::default()
+        };
+        let err = create_result(&answer).unwrap_err();
+        assert_eq!(err.code(), Some(ErrorCode::InvalidReplicationFactor));
+        assert_eq!(
+            err.to_string(),
+            "topic t: INVALID_REPLICATION_FACTOR: 3 > 2 brokers"
+        );
+    }
+}

@@ -1,0 +1,175 @@
+//! `buffer_memory` accounting: every record holds a reservation of its encoded
+//! size from `send` until its batch completes. A full buffer makes `send` wait (in
+//! arrival order: the semaphore is fair) up to `max_block_ms`, then fail; the
+//! bound is never exceeded.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::error::ProduceError;
+
+/// The producer's byte budget.
+#[derive(Debug, Clone)]
+pub(crate) struct BufferPool {
+    semaphore: Arc<Semaphore>,
+    total_bytes: usize,
+}
+
+/// Bytes held by records; returned to the pool when dropped.
+#[derive(Debug)]
+pub(crate) struct Reservation {
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Reservation {
+    /// Bytes held.
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> usize {
+        self.permit
+            .as_ref()
+            .map_or(0, OwnedSemaphorePermit::num_permits)
+    }
+
+    /// Adds another reservation to this one (a record joining its batch).
+    pub(crate) fn merge(&mut self, other: Reservation) {
+        match (&mut self.permit, other.permit) {
+            (Some(mine), Some(theirs)) => mine.merge(theirs),
+            (mine @ None, theirs) => *mine = theirs,
+            (_, None) => {}
+        }
+    }
+
+    /// A reservation of nothing.
+    pub(crate) fn empty() -> Reservation {
+        Reservation { permit: None }
+    }
+}
+
+impl BufferPool {
+    /// A pool of `total_bytes`.
+    pub(crate) fn new(total_bytes: usize) -> Self {
+        BufferPool {
+            semaphore: Arc::new(Semaphore::new(total_bytes.min(Semaphore::MAX_PERMITS))),
+            total_bytes,
+        }
+    }
+
+    /// Bytes not reserved now.
+    #[cfg(test)]
+    pub(crate) fn available(&self) -> usize {
+        self.semaphore.available_permits()
+    }
+
+    /// Reserves `bytes`, waiting up to `max_block` for room.
+    pub(crate) async fn reserve(
+        &self,
+        bytes: usize,
+        max_block: Duration,
+    ) -> Result<Reservation, ProduceError> {
+        if bytes > self.total_bytes {
+            return Err(ProduceError::RecordTooLarge {
+                size: bytes,
+                limit: self.total_bytes,
+                setting: "buffer_memory",
+            });
+        }
+        let permits = u32::try_from(bytes).map_err(|_| ProduceError::RecordTooLarge {
+            size: bytes,
+            limit: u32::MAX as usize,
+            setting: "buffer_memory",
+        })?;
+        if permits == 0 {
+            return Ok(Reservation::empty());
+        }
+        let full = || ProduceError::BufferFull {
+            size: bytes,
+            max_block_ms: max_block.as_millis() as u64,
+        };
+        match tokio::time::timeout(
+            max_block,
+            self.semaphore.clone().acquire_many_owned(permits),
+        )
+        .await
+        {
+            Ok(Ok(permit)) => Ok(Reservation {
+                permit: Some(permit),
+            }),
+            Ok(Err(_closed)) => Err(ProduceError::Closed),
+            Err(_elapsed) => Err(full()),
+        }
+    }
+
+    /// Fails every waiting and future `reserve` with [`ProduceError::Closed`].
+    pub(crate) fn close(&self) {
+        self.semaphore.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn full_buffer_blocks_then_fails_after_max_block() {
+        let pool = BufferPool::new(100);
+        let held = pool.reserve(80, Duration::from_secs(1)).await.unwrap();
+        assert_eq!((held.bytes(), pool.available()), (80, 20));
+        let start = tokio::time::Instant::now();
+        let err = pool
+            .reserve(30, Duration::from_millis(500))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ProduceError::BufferFull {
+                    size: 30,
+                    max_block_ms: 500
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(start.elapsed(), Duration::from_millis(500));
+        // Nothing leaked from the failed attempt.
+        assert_eq!(pool.available(), 20);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn completion_releases_room_to_a_waiter() {
+        let pool = BufferPool::new(100);
+        let mut batch = pool.reserve(60, Duration::ZERO).await.unwrap();
+        batch.merge(pool.reserve(30, Duration::ZERO).await.unwrap());
+        assert_eq!(batch.bytes(), 90);
+        let waiter = tokio::spawn({
+            let pool = pool.clone();
+            async move { pool.reserve(50, Duration::from_secs(60)).await }
+        });
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert!(!waiter.is_finished());
+        drop(batch); // the batch completed
+        let got = waiter.await.unwrap().unwrap();
+        assert_eq!((got.bytes(), pool.available()), (50, 50));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn larger_than_the_whole_buffer_fails_at_once_and_close_wakes_waiters() {
+        let pool = BufferPool::new(100);
+        assert!(matches!(
+            pool.reserve(101, Duration::from_secs(60)).await,
+            Err(ProduceError::RecordTooLarge {
+                setting: "buffer_memory",
+                ..
+            })
+        ));
+        let _all = pool.reserve(100, Duration::ZERO).await.unwrap();
+        let waiter = tokio::spawn({
+            let pool = pool.clone();
+            async move { pool.reserve(1, Duration::from_secs(60)).await }
+        });
+        tokio::task::yield_now().await;
+        pool.close();
+        assert!(matches!(waiter.await.unwrap(), Err(ProduceError::Closed)));
+    }
+}

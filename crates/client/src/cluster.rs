@@ -1,0 +1,309 @@
+//! What admin, producer and consumer share: the configuration, one connection per
+//! broker (remade when it closes), and the metadata cache with its refresh.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use syncline_proto::{pb, ErrorCode};
+use tokio::time::Instant;
+
+use crate::config::ClientConfig;
+use crate::connection::Connection;
+use crate::error::ClientError;
+use crate::metadata::Metadata;
+
+/// Takes the expected variant out of a response body.
+macro_rules! expect_body {
+    ($body:expr, $variant:ident) => {
+        match $body {
+            syncline_proto::pb::response::Body::$variant(r) => Ok(r),
+            _ => Err($crate::error::ClientError::UnexpectedResponse(stringify!(
+                $variant
+            ))),
+        }
+    };
+}
+pub(crate) use expect_body;
+
+/// A broker's connection slot. The async mutex makes concurrent callers share one
+/// connect attempt instead of racing to open several sockets.
+type Slot = Arc<tokio::sync::Mutex<Option<Connection>>>;
+
+/// Connections and metadata for one client.
+#[derive(Debug)]
+pub(crate) struct Cluster {
+    pub(crate) config: ClientConfig,
+    metadata: Mutex<Metadata>,
+    brokers: Mutex<HashMap<i32, Slot>>,
+    /// Connection to whichever bootstrap server answered last.
+    bootstrap: tokio::sync::Mutex<Option<Connection>>,
+}
+
+impl Cluster {
+    /// A client for this configuration; connects lazily.
+    pub(crate) fn new(config: ClientConfig) -> Result<Arc<Cluster>, ClientError> {
+        config.validate()?;
+        Ok(Arc::new(Cluster {
+            config,
+            metadata: Mutex::new(Metadata::default()),
+            brokers: Mutex::new(HashMap::new()),
+            bootstrap: tokio::sync::Mutex::new(None),
+        }))
+    }
+
+    fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.config.connect_timeout_ms)
+    }
+
+    async fn open(&self, addr: &str) -> Result<Connection, ClientError> {
+        let stream =
+            tokio::time::timeout(self.connect_timeout(), tokio::net::TcpStream::connect(addr))
+                .await
+                .map_err(|_| ClientError::ConnectTimeout(addr.to_string()))?
+                .map_err(|e| ClientError::Connect(addr.to_string(), e))?;
+        // Requests are small and latency matters more than packet count.
+        let _ = stream.set_nodelay(true);
+        Ok(Connection::from_stream(
+            stream,
+            addr,
+            &self.config.client_id,
+            self.config.max_frame_bytes,
+        ))
+    }
+
+    /// Reads the metadata cache.
+    pub(crate) fn with_metadata<R>(&self, f: impl FnOnce(&Metadata) -> R) -> R {
+        f(&self.metadata.lock())
+    }
+
+    /// Changes the metadata cache.
+    pub(crate) fn with_metadata_mut<R>(&self, f: impl FnOnce(&mut Metadata) -> R) -> R {
+        f(&mut self.metadata.lock())
+    }
+
+    /// The open connection to a broker, connecting if there is none.
+    pub(crate) async fn broker_connection(&self, id: i32) -> Result<Connection, ClientError> {
+        let addr = self
+            .with_metadata(|m| m.brokers.get(&id).map(|b| b.address()))
+            .ok_or(ClientError::UnknownBroker(id))?;
+        let slot = self.brokers.lock().entry(id).or_default().clone();
+        let mut slot = slot.lock().await;
+        if let Some(conn) = slot.as_ref().filter(|c| !c.is_closed() && c.peer() == addr) {
+            return Ok(conn.clone());
+        }
+        let conn = self.open(&addr).await?;
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Uses `conn` for broker `id` (tests: a fake peer over an in-memory stream).
+    #[cfg(test)]
+    pub(crate) fn set_connection(&self, id: i32, conn: Connection) {
+        self.brokers
+            .lock()
+            .insert(id, Arc::new(tokio::sync::Mutex::new(Some(conn))));
+    }
+
+    /// A connection to any broker: an open one if there is one, else the known
+    /// brokers, else the bootstrap servers, in order.
+    pub(crate) async fn any_connection(&self) -> Result<Connection, ClientError> {
+        let open = {
+            let brokers = self.brokers.lock();
+            brokers.values().find_map(|slot| {
+                slot.try_lock()
+                    .ok()
+                    .and_then(|c| c.as_ref().filter(|c| !c.is_closed()).cloned())
+            })
+        };
+        if let Some(conn) = open {
+            return Ok(conn);
+        }
+        let mut bootstrap = self.bootstrap.lock().await;
+        if let Some(conn) = bootstrap.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(conn.clone());
+        }
+        let known: Vec<i32> = self.with_metadata(|m| m.brokers.keys().copied().collect());
+        let mut tried = Vec::new();
+        let mut last = None;
+        for id in known {
+            match self.broker_connection(id).await {
+                Ok(conn) => return Ok(conn),
+                Err(e) => {
+                    tracing::debug!(broker = id, error = %e, "broker unreachable");
+                    tried.push(format!("broker {id}"));
+                    last = Some(e);
+                }
+            }
+        }
+        for addr in &self.config.bootstrap_servers {
+            match self.open(addr).await {
+                Ok(conn) => {
+                    *bootstrap = Some(conn.clone());
+                    return Ok(conn);
+                }
+                Err(e) => {
+                    tracing::debug!(server = %addr, error = %e, "bootstrap server unreachable");
+                    tried.push(addr.clone());
+                    last = Some(e);
+                }
+            }
+        }
+        let last = last.unwrap_or_else(|| ClientError::Config("no bootstrap servers".into()));
+        if tried.len() == 1 {
+            return Err(last);
+        }
+        Err(ClientError::Unreachable {
+            servers: tried.join(", "),
+            last: Box::new(last),
+        })
+    }
+
+    /// Sends on `conn`, giving up after `request_timeout_ms`.
+    pub(crate) async fn send_on(
+        &self,
+        conn: &Connection,
+        body: pb::request::Body,
+    ) -> Result<pb::response::Body, ClientError> {
+        let timeout_ms = self.config.request_timeout_ms;
+        tokio::time::timeout(Duration::from_millis(timeout_ms), conn.send(body))
+            .await
+            .map_err(|_| ClientError::Timeout(timeout_ms))?
+    }
+
+    /// Sends to a broker by id.
+    pub(crate) async fn send_to(
+        &self,
+        broker: i32,
+        body: pb::request::Body,
+    ) -> Result<pb::response::Body, ClientError> {
+        let conn = self.broker_connection(broker).await?;
+        self.send_on(&conn, body).await
+    }
+
+    /// Sends to any broker, trying a second one if the first cannot be reached.
+    pub(crate) async fn send_any(
+        &self,
+        body: pb::request::Body,
+    ) -> Result<pb::response::Body, ClientError> {
+        let conn = self.any_connection().await?;
+        match self.send_on(&conn, body.clone()).await {
+            Err(e) if e.is_connectivity() => {
+                let conn = self.any_connection().await?;
+                self.send_on(&conn, body).await
+            }
+            other => other,
+        }
+    }
+
+    /// Asks any broker for metadata of `topics` (empty: every topic) and applies it.
+    pub(crate) async fn refresh_metadata(
+        &self,
+        topics: Vec<String>,
+    ) -> Result<pb::MetadataResponse, ClientError> {
+        let body = self
+            .send_any(pb::request::Body::Metadata(pb::MetadataRequest { topics }))
+            .await?;
+        let response = expect_body!(body, Metadata)?;
+        self.with_metadata_mut(|m| m.update(&response, Instant::now()));
+        Ok(response)
+    }
+
+    /// Refreshes the metadata of `topic` until it has partitions, waiting
+    /// `retry_backoff_ms` (doubling) between tries, until `deadline`. Covers a
+    /// topic created a moment ago that not every broker knows yet.
+    pub(crate) async fn wait_for_topic(
+        &self,
+        topic: &str,
+        deadline: Instant,
+    ) -> Result<usize, ClientError> {
+        if let Some(n) = self.with_metadata(|m| m.partition_count(topic)) {
+            return Ok(n);
+        }
+        let mut attempt = 0;
+        loop {
+            let outcome = self.refresh_metadata(vec![topic.to_string()]).await;
+            let err = match outcome {
+                Ok(response) => {
+                    if let Some(n) = self.with_metadata(|m| m.partition_count(topic)) {
+                        return Ok(n);
+                    }
+                    let code = response
+                        .topics
+                        .iter()
+                        .find(|t| t.name == topic)
+                        .map(|t| ErrorCode::from_wire(t.error_code))
+                        .unwrap_or(ErrorCode::UnknownTopicOrPartition);
+                    match code {
+                        ErrorCode::UnknownTopicOrPartition => {
+                            ClientError::UnknownTopic(topic.into())
+                        }
+                        code if code.is_retriable() || code == ErrorCode::None => {
+                            ClientError::Topic {
+                                topic: topic.into(),
+                                code: if code == ErrorCode::None {
+                                    ErrorCode::LeaderNotAvailable
+                                } else {
+                                    code
+                                },
+                                message: String::new(),
+                            }
+                        }
+                        code => {
+                            return Err(ClientError::Topic {
+                                topic: topic.into(),
+                                code,
+                                message: String::new(),
+                            })
+                        }
+                    }
+                }
+                Err(e) if e.is_retriable() => e,
+                Err(e) => return Err(e),
+            };
+            attempt += 1;
+            let wake = Instant::now() + backoff(&self.config, attempt);
+            if wake >= deadline {
+                return Err(err);
+            }
+            tracing::debug!(topic, error = %err, "waiting for topic metadata");
+            tokio::time::sleep_until(wake).await;
+        }
+    }
+}
+
+/// The wait before retry number `attempt` (1-based): `retry_backoff_ms` doubling
+/// per attempt, at most `retry_backoff_max_ms`.
+pub(crate) fn backoff(config: &ClientConfig, attempt: u32) -> Duration {
+    let base = config.retry_backoff_ms.max(1);
+    let factor = 1u64 << attempt.saturating_sub(1).min(20);
+    Duration::from_millis(
+        base.saturating_mul(factor)
+            .min(config.retry_backoff_max_ms.max(base)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_max() {
+        let c = ClientConfig::default();
+        let ms: Vec<u128> = (1..=6).map(|a| backoff(&c, a).as_millis()).collect();
+        assert_eq!(ms, [100, 200, 400, 800, 1000, 1000]);
+        assert_eq!(backoff(&c, 1000).as_millis(), 1000);
+    }
+
+    #[tokio::test]
+    async fn unreachable_bootstrap_names_the_address() {
+        // Port 1 on loopback: nothing listens there.
+        let mut config = ClientConfig::new("127.0.0.1:1");
+        config.connect_timeout_ms = 2_000;
+        let cluster = Cluster::new(config).unwrap();
+        let err = cluster.any_connection().await.unwrap_err();
+        assert!(err.is_connectivity(), "{err:?}");
+        assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
+    }
+}

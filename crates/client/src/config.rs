@@ -1,0 +1,355 @@
+//! Client configuration. Names and defaults are Kafka's, with dots written as
+//! underscores (`linger.ms` → `linger_ms`).
+
+use std::time::Duration;
+
+use syncline_proto::pb::IsolationLevel;
+
+use crate::error::ClientError;
+
+/// Settings every client (admin, producer, consumer) shares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientConfig {
+    /// `host:port` of brokers to ask first; any one reachable is enough.
+    pub bootstrap_servers: Vec<String>,
+    /// Sent with every request, for the broker's logs and metrics.
+    pub client_id: String,
+    /// How long to wait for a response before giving up on a request.
+    pub request_timeout_ms: u64,
+    /// How long a TCP connect may take (`socket.connection.setup.timeout.ms`).
+    pub connect_timeout_ms: u64,
+    /// Cached metadata older than this is refreshed even without errors.
+    pub metadata_max_age_ms: u64,
+    /// First wait before retrying a failed request; doubles per attempt.
+    pub retry_backoff_ms: u64,
+    /// Upper bound of the doubling retry wait.
+    pub retry_backoff_max_ms: u64,
+    /// Largest frame accepted from a broker.
+    pub max_frame_bytes: usize,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            bootstrap_servers: vec!["127.0.0.1:9092".to_string()],
+            client_id: "syncline-client".to_string(),
+            request_timeout_ms: 30_000,
+            connect_timeout_ms: 10_000,
+            metadata_max_age_ms: 300_000,
+            retry_backoff_ms: 100,
+            retry_backoff_max_ms: 1_000,
+            max_frame_bytes: crate::connection::DEFAULT_MAX_FRAME_BYTES,
+        }
+    }
+}
+
+impl ClientConfig {
+    /// Defaults with these bootstrap servers (a comma-separated `host:port` list).
+    pub fn new(bootstrap_servers: &str) -> Self {
+        ClientConfig {
+            bootstrap_servers: parse_bootstrap_servers(bootstrap_servers),
+            ..Default::default()
+        }
+    }
+
+    /// `request_timeout_ms` as a duration.
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms)
+    }
+
+    /// Checks ranges.
+    pub fn validate(&self) -> Result<(), ClientError> {
+        if self.bootstrap_servers.is_empty() {
+            return Err(ClientError::Config(
+                "bootstrap_servers is empty: give at least one host:port".into(),
+            ));
+        }
+        if let Some(bad) = self.bootstrap_servers.iter().find(|s| {
+            !s.rsplit_once(':')
+                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+        }) {
+            return Err(ClientError::Config(format!(
+                "bootstrap server {bad:?} is not host:port"
+            )));
+        }
+        if self.request_timeout_ms == 0 || self.connect_timeout_ms == 0 {
+            return Err(ClientError::Config(
+                "request_timeout_ms and connect_timeout_ms must be positive".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Splits `a:1,b:2` into addresses, ignoring blanks.
+pub fn parse_bootstrap_servers(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// How many replicas must have a record before the leader acknowledges it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Acks {
+    /// No acknowledgement at all: the broker sends no response.
+    None,
+    /// The leader appended it.
+    Leader,
+    /// Every member of the current ISR has it (`acks=all`, `-1`).
+    #[default]
+    All,
+}
+
+impl Acks {
+    /// The value of `ProduceRequest.acks`.
+    pub fn wire(self) -> i32 {
+        match self {
+            Acks::None => 0,
+            Acks::Leader => 1,
+            Acks::All => syncline_proto::ACKS_ALL,
+        }
+    }
+}
+
+impl std::str::FromStr for Acks {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "0" => Ok(Acks::None),
+            "1" => Ok(Acks::Leader),
+            "all" | "-1" => Ok(Acks::All),
+            other => Err(format!("acks must be 0, 1 or all (got {other:?})")),
+        }
+    }
+}
+
+impl std::fmt::Display for Acks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Acks::None => "0",
+            Acks::Leader => "1",
+            Acks::All => "all",
+        })
+    }
+}
+
+/// Producer settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerConfig {
+    /// Connection and metadata settings.
+    pub client: ClientConfig,
+    /// Acknowledgement level.
+    pub acks: Acks,
+    /// How long a batch waits for more records before it is sent.
+    pub linger_ms: u64,
+    /// Bytes of records that make a batch full (a larger record gets its own batch).
+    pub batch_size: usize,
+    /// Produce requests a connection may have outstanding. With 1, a partition's
+    /// records keep their order across retries.
+    pub max_in_flight_requests_per_connection: usize,
+    /// How many times a batch is retried after a retriable error (bounded in time
+    /// by `delivery_timeout_ms` as well).
+    pub retries: u32,
+    /// Bound on the time from `send` to success or failure.
+    pub delivery_timeout_ms: u64,
+    /// Bytes of records buffered (waiting or in flight) at most.
+    pub buffer_memory: usize,
+    /// How long `send` waits for buffer room or for the topic's metadata.
+    pub max_block_ms: u64,
+    /// Largest produce request (and so largest record) sent.
+    pub max_request_size: usize,
+}
+
+impl Default for ProducerConfig {
+    fn default() -> Self {
+        ProducerConfig {
+            client: ClientConfig::default(),
+            acks: Acks::All,
+            linger_ms: 5,
+            batch_size: 16_384,
+            max_in_flight_requests_per_connection: 5,
+            retries: u32::MAX,
+            delivery_timeout_ms: 120_000,
+            buffer_memory: 32 * 1024 * 1024,
+            max_block_ms: 60_000,
+            max_request_size: 1024 * 1024,
+        }
+    }
+}
+
+impl ProducerConfig {
+    /// Defaults with these bootstrap servers.
+    pub fn new(bootstrap_servers: &str) -> Self {
+        ProducerConfig {
+            client: ClientConfig::new(bootstrap_servers),
+            ..Default::default()
+        }
+    }
+
+    /// Checks ranges and Kafka's rule `delivery_timeout_ms >= linger_ms +
+    /// request_timeout_ms`.
+    pub fn validate(&self) -> Result<(), ClientError> {
+        self.client.validate()?;
+        if self.batch_size == 0 || self.max_request_size == 0 || self.buffer_memory == 0 {
+            return Err(ClientError::Config(
+                "batch_size, max_request_size and buffer_memory must be positive".into(),
+            ));
+        }
+        if self.max_in_flight_requests_per_connection == 0 {
+            return Err(ClientError::Config(
+                "max_in_flight_requests_per_connection must be at least 1".into(),
+            ));
+        }
+        if self.delivery_timeout_ms < self.linger_ms + self.client.request_timeout_ms {
+            return Err(ClientError::Config(format!(
+                "delivery_timeout_ms ({}) must be at least linger_ms + request_timeout_ms ({})",
+                self.delivery_timeout_ms,
+                self.linger_ms + self.client.request_timeout_ms
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Where a consumer starts when it has no valid position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AutoOffsetReset {
+    /// The log start offset.
+    Earliest,
+    /// The high watermark (only records produced from now on).
+    #[default]
+    Latest,
+    /// Fail the poll with [`ClientError::OffsetOutOfRange`].
+    None,
+}
+
+impl std::str::FromStr for AutoOffsetReset {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "earliest" => Ok(AutoOffsetReset::Earliest),
+            "latest" => Ok(AutoOffsetReset::Latest),
+            "none" => Ok(AutoOffsetReset::None),
+            other => Err(format!(
+                "auto_offset_reset must be earliest, latest or none (got {other:?})"
+            )),
+        }
+    }
+}
+
+/// Consumer settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerConfig {
+    /// Connection and metadata settings.
+    pub client: ClientConfig,
+    /// Bytes a fetch waits for before the broker answers.
+    pub fetch_min_bytes: i32,
+    /// Longest the broker holds a fetch waiting for `fetch_min_bytes`.
+    pub fetch_max_wait_ms: i32,
+    /// Bound on the record bytes of one fetch response (at least one batch is
+    /// always returned).
+    pub fetch_max_bytes: i32,
+    /// Bound on the record bytes per partition in one fetch response.
+    pub max_partition_fetch_bytes: i32,
+    /// `ReadUncommitted` or `ReadCommitted` (the same while there are no
+    /// transactions: both read up to the high watermark).
+    pub isolation_level: IsolationLevel,
+    /// What to do without a valid position.
+    pub auto_offset_reset: AutoOffsetReset,
+}
+
+impl Default for ConsumerConfig {
+    fn default() -> Self {
+        ConsumerConfig {
+            client: ClientConfig::default(),
+            fetch_min_bytes: 1,
+            fetch_max_wait_ms: 500,
+            fetch_max_bytes: 50 * 1024 * 1024,
+            max_partition_fetch_bytes: 1024 * 1024,
+            isolation_level: IsolationLevel::ReadUncommitted,
+            auto_offset_reset: AutoOffsetReset::Latest,
+        }
+    }
+}
+
+impl ConsumerConfig {
+    /// Defaults with these bootstrap servers.
+    pub fn new(bootstrap_servers: &str) -> Self {
+        ConsumerConfig {
+            client: ClientConfig::new(bootstrap_servers),
+            ..Default::default()
+        }
+    }
+
+    /// Checks ranges.
+    pub fn validate(&self) -> Result<(), ClientError> {
+        self.client.validate()?;
+        if self.fetch_min_bytes < 0
+            || self.fetch_max_wait_ms < 0
+            || self.fetch_max_bytes <= 0
+            || self.max_partition_fetch_bytes <= 0
+        {
+            return Err(ClientError::Config(
+                "fetch sizes and waits must not be negative (max bytes must be positive)".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_kafkas() {
+        let p = ProducerConfig::default();
+        assert_eq!(p.acks, Acks::All);
+        assert_eq!((p.linger_ms, p.batch_size), (5, 16_384));
+        assert_eq!(p.max_in_flight_requests_per_connection, 5);
+        assert_eq!(p.delivery_timeout_ms, 120_000);
+        assert_eq!(p.buffer_memory, 32 << 20);
+        assert_eq!(p.max_block_ms, 60_000);
+        assert_eq!(p.client.request_timeout_ms, 30_000);
+        assert_eq!(p.client.retry_backoff_ms, 100);
+        p.validate().unwrap();
+        let c = ConsumerConfig::default();
+        assert_eq!((c.fetch_min_bytes, c.fetch_max_wait_ms), (1, 500));
+        assert_eq!(c.max_partition_fetch_bytes, 1 << 20);
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn acks_parse_and_wire_values() {
+        assert_eq!("0".parse::<Acks>().unwrap().wire(), 0);
+        assert_eq!("1".parse::<Acks>().unwrap().wire(), 1);
+        assert_eq!("all".parse::<Acks>().unwrap().wire(), -1);
+        assert_eq!("-1".parse::<Acks>().unwrap(), Acks::All);
+        assert!("2".parse::<Acks>().is_err());
+    }
+
+    #[test]
+    fn bootstrap_list_is_split_and_checked() {
+        let c = ClientConfig::new(" a:1, b:2 ,,");
+        assert_eq!(c.bootstrap_servers, ["a:1", "b:2"]);
+        c.validate().unwrap();
+        assert!(ClientConfig::new("nohost").validate().is_err());
+        assert!(ClientConfig::new("h:notaport").validate().is_err());
+        assert!(ClientConfig::new("").validate().is_err());
+    }
+
+    #[test]
+    fn delivery_timeout_must_cover_linger_and_request_timeout() {
+        let mut p = ProducerConfig {
+            delivery_timeout_ms: 1_000,
+            ..Default::default()
+        };
+        assert!(matches!(p.validate(), Err(ClientError::Config(_))));
+        p.delivery_timeout_ms = 30_005;
+        p.validate().unwrap();
+    }
+}

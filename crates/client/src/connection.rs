@@ -1,0 +1,342 @@
+//! One connection to one broker, pipelining requests: any number may be in flight,
+//! responses are matched to requests by correlation id and may arrive in any order.
+//! Dropping a request's future is safe: its response, if one comes, is discarded.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use parking_lot::Mutex;
+use syncline_proto::{frame, pb, API_VERSION};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::ClientError;
+
+/// Default bound on a frame (Kafka's `socket.request.max.bytes`, 100 MiB).
+pub const DEFAULT_MAX_FRAME_BYTES: usize = 100 * 1024 * 1024;
+
+/// Frames queued for the writer before `send` waits (backpressure).
+const WRITE_QUEUE_FRAMES: usize = 1024;
+
+type Pending = Mutex<HashMap<i32, oneshot::Sender<pb::response::Body>>>;
+
+struct Shared {
+    pending: Pending,
+    closed: AtomicBool,
+    /// Stops both tasks: on [`Connection::close`], on any I/O error, or when the
+    /// last handle is dropped (the writer's queue closes).
+    stop: CancellationToken,
+}
+
+impl Shared {
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.stop.cancel();
+        // Dropping the senders wakes every waiter with "disconnected".
+        self.pending.lock().clear();
+    }
+}
+
+/// A pipelined connection. Cheap to clone; all clones share the socket.
+#[derive(Clone)]
+pub struct Connection {
+    shared: Arc<Shared>,
+    outgoing: mpsc::Sender<Bytes>,
+    next_correlation_id: Arc<AtomicI32>,
+    client_id: Arc<str>,
+    peer: Arc<str>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("peer", &self.peer)
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}
+
+/// Removes a request's pending entry if its future is dropped before the response.
+struct PendingGuard<'a> {
+    shared: &'a Shared,
+    correlation_id: i32,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        self.shared.pending.lock().remove(&self.correlation_id);
+    }
+}
+
+impl Connection {
+    /// Connects over TCP to `addr` (`host:port`), failing after `connect_timeout`.
+    pub async fn connect(
+        addr: &str,
+        client_id: &str,
+        connect_timeout: Duration,
+    ) -> Result<Connection, ClientError> {
+        let stream = tokio::time::timeout(connect_timeout, tokio::net::TcpStream::connect(addr))
+            .await
+            .map_err(|_| ClientError::ConnectTimeout(addr.to_string()))?
+            .map_err(|e| ClientError::Connect(addr.to_string(), e))?;
+        // Requests are small and latency matters more than packet count.
+        let _ = stream.set_nodelay(true);
+        Ok(Self::from_stream(
+            stream,
+            addr,
+            client_id,
+            DEFAULT_MAX_FRAME_BYTES,
+        ))
+    }
+
+    /// Wraps an established byte stream (TCP, or a simulated network's stream).
+    pub fn from_stream<S>(
+        stream: S,
+        peer: &str,
+        client_id: &str,
+        max_frame_bytes: usize,
+    ) -> Connection
+    where
+        S: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        let (read_half, write_half) = tokio::io::split(stream);
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(HashMap::new()),
+            closed: AtomicBool::new(false),
+            stop: CancellationToken::new(),
+        });
+        let (outgoing, mut queue) = mpsc::channel::<Bytes>(WRITE_QUEUE_FRAMES);
+
+        let writer_shared = shared.clone();
+        tokio::spawn(async move {
+            let mut sink = FramedWrite::new(write_half, frame::codec(max_frame_bytes));
+            loop {
+                let first = tokio::select! {
+                    _ = writer_shared.stop.cancelled() => break,
+                    next = queue.recv() => match next {
+                        Some(f) => f,
+                        None => break,
+                    },
+                };
+                // Feed everything already queued, then flush once.
+                let mut result = sink.feed(first).await;
+                while result.is_ok() {
+                    match queue.try_recv() {
+                        Ok(next) => result = sink.feed(next).await,
+                        Err(_) => break,
+                    }
+                }
+                if result.is_err() || SinkExt::<Bytes>::flush(&mut sink).await.is_err() {
+                    break;
+                }
+            }
+            // Tell the peer we are done; the reader stops with the token.
+            let _ = tokio::io::AsyncWriteExt::shutdown(sink.get_mut()).await;
+            writer_shared.close();
+        });
+
+        let reader_shared = shared.clone();
+        let peer_name: Arc<str> = Arc::from(peer);
+        let reader_peer = peer_name.clone();
+        tokio::spawn(async move {
+            let mut frames = FramedRead::new(read_half, frame::codec(max_frame_bytes));
+            loop {
+                let next = tokio::select! {
+                    _ = reader_shared.stop.cancelled() => break,
+                    next = frames.next() => match next {
+                        Some(n) => n,
+                        None => break,
+                    },
+                };
+                let response = match next
+                    .map_err(ClientError::from)
+                    .and_then(|f| frame::decode_response(f.freeze()).map_err(ClientError::from))
+                {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::warn!(peer = %reader_peer, error = %e, "closing connection");
+                        break;
+                    }
+                };
+                let waiter = reader_shared
+                    .pending
+                    .lock()
+                    .remove(&response.correlation_id);
+                if let (Some(waiter), Some(body)) = (waiter, response.body) {
+                    let _ = waiter.send(body);
+                }
+            }
+            reader_shared.close();
+        });
+
+        Connection {
+            shared,
+            outgoing,
+            next_correlation_id: Arc::new(AtomicI32::new(0)),
+            client_id: Arc::from(client_id),
+            peer: peer_name,
+        }
+    }
+
+    /// The address this connection was made to.
+    pub fn peer(&self) -> &str {
+        &self.peer
+    }
+
+    /// Closes the connection now, for every clone: waiting requests fail with
+    /// [`ClientError::Disconnected`]. (Dropping the last clone closes it too.)
+    pub fn close(&self) {
+        self.shared.close();
+    }
+
+    /// True once the socket failed or closed; a closed connection stays closed.
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Acquire)
+    }
+
+    fn envelope(&self, body: pb::request::Body) -> (i32, Bytes) {
+        let correlation_id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed);
+        let request = pb::Request {
+            correlation_id,
+            api_version: API_VERSION,
+            client_id: self.client_id.to_string(),
+            body: Some(body),
+        };
+        (correlation_id, frame::encode(&request))
+    }
+
+    /// Sends a request and waits for its response. A `ErrorResponse` body (unknown
+    /// API, unsupported version) comes back as [`ClientError::Protocol`].
+    pub async fn send(&self, body: pb::request::Body) -> Result<pb::response::Body, ClientError> {
+        let (correlation_id, bytes) = self.envelope(body);
+        let (tx, rx) = oneshot::channel();
+        if self.is_closed() {
+            return Err(ClientError::Disconnected(self.peer.to_string()));
+        }
+        self.shared.pending.lock().insert(correlation_id, tx);
+        let _guard = PendingGuard {
+            shared: &self.shared,
+            correlation_id,
+        };
+        // The writer may have closed between the check and the insert.
+        if self.is_closed() || self.outgoing.send(bytes).await.is_err() {
+            return Err(ClientError::Disconnected(self.peer.to_string()));
+        }
+        match rx.await {
+            Ok(pb::response::Body::Error(e)) => Err(ClientError::Protocol {
+                code: syncline_proto::ErrorCode::from_wire(e.error_code),
+                message: e.error_message,
+            }),
+            Ok(body) => Ok(body),
+            Err(_) => Err(ClientError::Disconnected(self.peer.to_string())),
+        }
+    }
+
+    /// Sends a request that gets no response (a produce with acks=0).
+    pub async fn send_no_response(&self, body: pb::request::Body) -> Result<(), ClientError> {
+        let (_, bytes) = self.envelope(body);
+        if self.is_closed() || self.outgoing.send(bytes).await.is_err() {
+            return Err(ClientError::Disconnected(self.peer.to_string()));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pb::{request, response};
+
+    /// A fake peer that answers Metadata requests in reverse order of arrival, two at
+    /// a time, echoing the correlation id in `cluster_id`.
+    async fn reversing_peer(stream: tokio::io::DuplexStream) {
+        let (r, w) = tokio::io::split(stream);
+        let mut frames = FramedRead::new(r, frame::codec(1 << 20));
+        let mut sink = FramedWrite::new(w, frame::codec(1 << 20));
+        let mut held = Vec::new();
+        while let Some(Ok(f)) = frames.next().await {
+            let req = frame::decode_request(f.freeze()).unwrap();
+            held.push(req.correlation_id);
+            if held.len() == 2 {
+                for id in held.drain(..).rev() {
+                    let resp = pb::Response {
+                        correlation_id: id,
+                        body: Some(response::Body::Metadata(pb::MetadataResponse {
+                            cluster_id: id.to_string(),
+                            ..Default::default()
+                        })),
+                    };
+                    sink.send(frame::encode(&resp)).await.unwrap();
+                }
+            }
+        }
+    }
+
+    fn metadata() -> request::Body {
+        request::Body::Metadata(pb::MetadataRequest::default())
+    }
+
+    #[tokio::test]
+    async fn out_of_order_responses_reach_their_requests() {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        tokio::spawn(reversing_peer(b));
+        let conn = Connection::from_stream(a, "peer", "test", 1 << 20);
+        let (r0, r1) = tokio::join!(conn.send(metadata()), conn.send(metadata()));
+        let id = |r: Result<response::Body, ClientError>| match r.unwrap() {
+            response::Body::Metadata(m) => m.cluster_id,
+            other => panic!("unexpected {other:?}"),
+        };
+        assert_eq!(id(r0), "0");
+        assert_eq!(id(r1), "1");
+    }
+
+    #[tokio::test]
+    async fn dropped_request_leaves_no_pending_entry_and_peer_close_fails_waiters() {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let conn = Connection::from_stream(a, "peer", "test", 1 << 20);
+        {
+            let fut = conn.send(metadata());
+            // Poll once so the request registers, then drop it.
+            let _ = tokio::time::timeout(Duration::from_millis(1), fut).await;
+        }
+        assert!(conn.shared.pending.lock().is_empty());
+        let waiting = tokio::spawn({
+            let conn = conn.clone();
+            async move { conn.send(metadata()).await }
+        });
+        drop(b);
+        let err = waiting.await.unwrap().unwrap_err();
+        assert!(matches!(err, ClientError::Disconnected(_)), "{err:?}");
+        assert!(conn.is_closed());
+    }
+
+    #[tokio::test]
+    async fn dropping_every_handle_or_closing_ends_the_socket() {
+        use tokio::io::AsyncReadExt;
+        for explicit in [false, true] {
+            let (a, mut b) = tokio::io::duplex(1 << 16);
+            let conn = Connection::from_stream(a, "peer", "test", 1 << 20);
+            let clone = conn.clone();
+            if explicit {
+                conn.close();
+                assert!(clone.is_closed());
+            } else {
+                drop(conn);
+                drop(clone);
+            }
+            // The peer sees end-of-stream.
+            let mut buf = [0u8; 16];
+            let n = tokio::time::timeout(Duration::from_secs(5), b.read(&mut buf))
+                .await
+                .expect("the connection must close")
+                .unwrap();
+            assert_eq!(n, 0);
+        }
+    }
+}

@@ -1,0 +1,618 @@
+//! The producer: [`Producer::send`] puts a record in the accumulator and returns
+//! a future of its acknowledgement; a background sender task (see
+//! [`crate::sender`]) batches, routes, retries and completes those futures.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use syncline_proto::batch::HEADER_LEN;
+use tokio::sync::{oneshot, Notify};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::accumulator::{Accumulator, AccumulatorConfig, RecordFields};
+use crate::buffer::BufferPool;
+use crate::cluster::Cluster;
+use crate::config::ProducerConfig;
+use crate::error::{ClientError, ProduceError};
+use crate::metadata::TopicPartition;
+use crate::partitioner::{partition_for_key, StickyPartitioner};
+use crate::record::{now_ms, ProducerRecord, RecordMetadata};
+
+/// State the producer handles and the sender task share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) state: Mutex<State>,
+    pub(crate) buffer: BufferPool,
+    /// Wakes the sender: a new or full batch, a flush, a close.
+    pub(crate) wake: Notify,
+    /// Wakes flush and close waiters: some batch completed.
+    pub(crate) completed: Notify,
+    /// No more records are accepted.
+    pub(crate) closed: AtomicBool,
+}
+
+/// The accumulator and what is decided under the same lock.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub(crate) accumulator: Accumulator,
+    sticky: StickyPartitioner,
+    /// Topics this producer has sent to: the ones its metadata refreshes ask for.
+    pub(crate) topics: BTreeSet<String>,
+}
+
+impl Shared {
+    /// Waits until `done` holds, re-checking whenever a batch completes.
+    async fn wait_until(&self, mut done: impl FnMut(&State) -> bool) {
+        loop {
+            let notified = self.completed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if done(&self.state.lock()) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    fn begin_close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.state.lock().accumulator.begin_close();
+        self.wake.notify_one();
+    }
+}
+
+/// An asynchronous, batching producer. Cheap to clone; the clones share the
+/// buffer, the connections and the sender task.
+///
+/// ```no_run
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// use syncline_client::{Producer, ProducerConfig, ProducerRecord};
+///
+/// let producer = Producer::new(ProducerConfig::new("127.0.0.1:9092"))?;
+/// let ack = producer.send(ProducerRecord::new("events", "hello").with_key("k1")).await?;
+/// println!("written at {}-{} offset {}", ack.topic, ack.partition, ack.offset);
+/// producer.close().await;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Producer {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: ProducerConfig,
+    cluster: Arc<Cluster>,
+    shared: Arc<Shared>,
+    sender: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The sender finishes what is queued (bounded by delivery_timeout_ms) and
+        // stops.
+        self.shared.begin_close();
+    }
+}
+
+/// The acknowledgement of one record: resolves when the broker acknowledged it
+/// (as `acks` asks) or it failed for good.
+#[derive(Debug)]
+pub struct DeliveryFuture {
+    rx: oneshot::Receiver<Result<RecordMetadata, ProduceError>>,
+}
+
+impl Future for DeliveryFuture {
+    type Output = Result<RecordMetadata, ProduceError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.rx)
+            .poll(cx)
+            .map(|r| r.unwrap_or(Err(ProduceError::Closed)))
+    }
+}
+
+impl Producer {
+    /// A producer for this configuration. Spawns the sender task, so it must be
+    /// called within a tokio runtime; connects lazily.
+    pub fn new(config: ProducerConfig) -> Result<Producer, ClientError> {
+        config.validate()?;
+        let cluster = Cluster::new(config.client.clone())?;
+        Ok(Self::with_cluster(config, cluster))
+    }
+
+    fn with_cluster(config: ProducerConfig, cluster: Arc<Cluster>) -> Producer {
+        let accumulator = Accumulator::new(AccumulatorConfig {
+            batch_size: config.batch_size,
+            linger: Duration::from_millis(config.linger_ms),
+            delivery_timeout: Duration::from_millis(config.delivery_timeout_ms),
+            guarantee_order: config.max_in_flight_requests_per_connection == 1,
+        });
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                accumulator,
+                sticky: StickyPartitioner::default(),
+                topics: BTreeSet::new(),
+            }),
+            buffer: BufferPool::new(config.buffer_memory),
+            wake: Notify::new(),
+            completed: Notify::new(),
+            closed: AtomicBool::new(false),
+        });
+        let sender = crate::sender::Sender::new(config.clone(), cluster.clone(), shared.clone());
+        let handle = tokio::spawn(sender.run());
+        Producer {
+            inner: Arc::new(Inner {
+                config,
+                cluster,
+                shared,
+                sender: Mutex::new(Some(handle)),
+            }),
+        }
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &ProducerConfig {
+        &self.inner.config
+    }
+
+    /// Sends a record: enqueues it (waiting up to `max_block_ms` for the topic's
+    /// metadata and for room in `buffer_memory`) when first polled, then waits for
+    /// its acknowledgement.
+    ///
+    /// Futures that are polled concurrently may enqueue in any order; to keep the
+    /// order of records to one partition, use [`Producer::enqueue`] in sequence.
+    pub fn send(
+        &self,
+        record: ProducerRecord,
+    ) -> impl Future<Output = Result<RecordMetadata, ProduceError>> + Send + 'static {
+        let producer = self.clone();
+        async move { producer.enqueue(record).await?.await }
+    }
+
+    /// Enqueues a record and returns the future of its acknowledgement. Records
+    /// enqueued one after the other keep that order within their partition (across
+    /// retries too when `max_in_flight_requests_per_connection` is 1).
+    ///
+    /// Waits up to `max_block_ms` for the topic's metadata and for room in the
+    /// buffer, then fails with [`ProduceError::BufferFull`] or the metadata error.
+    pub async fn enqueue(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProduceError> {
+        let inner = &*self.inner;
+        let shared = &inner.shared;
+        if shared.closed.load(Ordering::Acquire) {
+            return Err(ProduceError::Closed);
+        }
+        let deadline = Instant::now() + Duration::from_millis(inner.config.max_block_ms);
+        let partitions = inner
+            .cluster
+            .wait_for_topic(&record.topic, deadline)
+            .await?;
+        if let Some(p) = record.partition {
+            if p < 0 || p as usize >= partitions {
+                return Err(ClientError::UnknownPartition {
+                    topic: record.topic.clone(),
+                    partition: p,
+                    partitions,
+                }
+                .into());
+            }
+        }
+        let timestamp = record.timestamp.unwrap_or_else(now_ms);
+        let fields = RecordFields {
+            timestamp,
+            key: record.key.as_deref(),
+            value: record.value.as_deref(),
+            headers: &record.headers,
+        };
+        let size = fields.max_size();
+        let max_request = inner.config.max_request_size;
+        if size + HEADER_LEN > max_request {
+            return Err(ProduceError::RecordTooLarge {
+                size: size + HEADER_LEN,
+                limit: max_request,
+                setting: "max_request_size",
+            });
+        }
+        let reservation = shared
+            .buffer
+            .reserve(size, deadline.saturating_duration_since(Instant::now()))
+            .await?;
+        if shared.closed.load(Ordering::Acquire) {
+            return Err(ProduceError::Closed);
+        }
+
+        let available: Vec<i32> = inner.cluster.with_metadata(|m| {
+            m.topic(&record.topic)
+                .map(|t| {
+                    t.partitions
+                        .iter()
+                        .filter(|p| p.leader.is_some())
+                        .map(|p| p.partition)
+                        .collect()
+                })
+                .unwrap_or_default()
+        });
+        let (tx, rx) = oneshot::channel();
+        let appended = {
+            let mut state = shared.state.lock();
+            let state = &mut *state;
+            if !state.topics.contains(&record.topic) {
+                state.topics.insert(record.topic.clone());
+            }
+            let partition = match (record.partition, &record.key) {
+                (Some(p), _) => p,
+                (None, Some(key)) => partition_for_key(key, partitions),
+                (None, None) => {
+                    let p = state
+                        .sticky
+                        .partition(&record.topic, partitions, &available);
+                    let tp = TopicPartition::new(record.topic.clone(), p);
+                    if state.accumulator.would_start_batch(&tp, &fields) {
+                        state
+                            .sticky
+                            .on_new_batch(&record.topic, p, partitions, &available)
+                    } else {
+                        p
+                    }
+                }
+            };
+            let tp = TopicPartition::new(record.topic.clone(), partition);
+            state
+                .accumulator
+                .append(&tp, fields, reservation, tx, Instant::now())
+        };
+        if appended.new_batch || appended.batch_full {
+            shared.wake.notify_one();
+        }
+        Ok(DeliveryFuture { rx })
+    }
+
+    /// Sends everything buffered now without waiting for `linger_ms`, and waits
+    /// until each of those records is acknowledged or failed.
+    pub async fn flush(&self) {
+        let shared = &self.inner.shared;
+        let token = shared.state.lock().accumulator.begin_flush();
+        shared.wake.notify_one();
+        shared.wait_until(|s| s.accumulator.flushed(token)).await;
+    }
+
+    /// Stops accepting records, sends what is buffered, waits for every
+    /// outstanding record to complete (bounded by `delivery_timeout_ms`), and stops
+    /// the sender task.
+    pub async fn close(&self) {
+        let shared = &self.inner.shared;
+        shared.begin_close();
+        shared.buffer.close();
+        shared.wait_until(|s| s.accumulator.all_complete()).await;
+        let handle = self.inner.sender.lock().take();
+        if let Some(handle) = handle {
+            let _ = handle.await;
+        }
+    }
+
+    /// The number of partitions of `topic`, waiting up to `max_block_ms` for its
+    /// metadata.
+    pub async fn partition_count(&self, topic: &str) -> Result<usize, ClientError> {
+        let deadline = Instant::now() + Duration::from_millis(self.inner.config.max_block_ms);
+        self.inner.cluster.wait_for_topic(topic, deadline).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Acks;
+    use crate::testing::{cluster_with_peer, Peer};
+    use bytes::Bytes;
+    use syncline_proto::{pb, ErrorCode};
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn producer(config: ProducerConfig) -> (Producer, Peer) {
+        let (cluster, peer) = cluster_with_peer(config.client.clone(), 2);
+        (Producer::with_cluster(config, cluster), peer)
+    }
+
+    fn produce(req: &pb::Request) -> &pb::ProduceRequest {
+        match &req.body {
+            Some(pb::request::Body::Produce(p)) => p,
+            other => panic!("expected a produce request, got {other:?}"),
+        }
+    }
+
+    /// Per partition: (records in the batch, its bytes).
+    fn batches(req: &pb::Request) -> Vec<(i32, i32, Bytes)> {
+        produce(req).topics[0]
+            .partitions
+            .iter()
+            .map(|p| {
+                assert_eq!(p.current_leader_epoch, Some(5));
+                let h = syncline_proto::batch::validate(&p.records).unwrap();
+                (p.partition, h.records_count, p.records.clone())
+            })
+            .collect()
+    }
+
+    fn answer(parts: &[(i32, ErrorCode, i64)]) -> pb::response::Body {
+        pb::response::Body::Produce(pb::ProduceResponse {
+            topics: vec![pb::ProduceTopicResponse {
+                name: "t".into(),
+                partitions: parts
+                    .iter()
+                    .map(
+                        |&(partition, code, base_offset)| pb::ProducePartitionResponse {
+                            partition,
+                            error_code: code as i32,
+                            base_offset,
+                            acked_isr: vec![1, 2],
+                            replication_factor: 3,
+                            ..Default::default()
+                        },
+                    )
+                    .collect(),
+            }],
+            throttle_time_ms: 0,
+        })
+    }
+
+    async fn send_to(p: &Producer, partition: i32, value: &str) -> DeliveryFuture {
+        p.enqueue(ProducerRecord::new("t", value.to_string()).with_partition(partition))
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn batches_are_combined_per_broker_retried_and_acknowledged_with_offsets() {
+        let (producer, mut peer) = producer(ProducerConfig {
+            max_in_flight_requests_per_connection: 1,
+            ..Default::default()
+        });
+        let start = Instant::now();
+        let mut acks = Vec::new();
+        for v in ["a", "b", "c"] {
+            acks.push(send_to(&producer, 1, v).await);
+        }
+        let other = send_to(&producer, 0, "d").await;
+
+        // After linger_ms, one request carries both partitions' batches.
+        let req = peer.recv().await;
+        assert_eq!(start.elapsed(), 5 * MS);
+        assert_eq!(produce(&req).acks, -1);
+        let mut sent = batches(&req);
+        sent.sort_by_key(|b| b.0);
+        assert_eq!((sent[0].0, sent[0].1, sent[1].0, sent[1].1), (0, 1, 1, 3));
+        peer.reply(
+            &req,
+            answer(&[
+                (0, ErrorCode::None, 7),
+                (1, ErrorCode::NotEnoughReplicas, -1),
+            ]),
+        )
+        .await;
+        let md = other.await.unwrap();
+        assert_eq!((md.partition, md.offset), (0, 7));
+
+        // Partition 1 is retried after retry_backoff_ms with the same bytes.
+        let answered = Instant::now();
+        let retry = peer.recv().await;
+        assert_eq!(answered.elapsed(), 100 * MS);
+        let resent = batches(&retry);
+        assert_eq!(resent.len(), 1);
+        assert_eq!(resent[0].2, sent[1].2);
+        peer.reply(&retry, answer(&[(1, ErrorCode::None, 40)]))
+            .await;
+        for (i, ack) in acks.into_iter().enumerate() {
+            let md = ack.await.unwrap();
+            assert_eq!((md.partition, md.offset), (1, 40 + i as i64));
+            assert_eq!(
+                (md.acked_isr.clone(), md.replication_factor),
+                (vec![1, 2], 3)
+            );
+            assert!(md.is_under_replicated());
+        }
+        producer.close().await;
+        assert!(matches!(
+            producer.enqueue(ProducerRecord::new("t", "late")).await,
+            Err(ProduceError::Closed)
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fatal_error_fails_every_record_of_the_batch() {
+        let (producer, mut peer) = producer(ProducerConfig::default());
+        let acks = [
+            send_to(&producer, 0, "a").await,
+            send_to(&producer, 0, "b").await,
+        ];
+        let req = peer.recv().await;
+        peer.reply(&req, answer(&[(0, ErrorCode::MessageTooLarge, -1)]))
+            .await;
+        for ack in acks {
+            let err = ack.await.unwrap_err();
+            assert_eq!(err.code(), Some(ErrorCode::MessageTooLarge));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_run_out_with_the_last_error() {
+        let (producer, mut peer) = producer(ProducerConfig {
+            retries: 2,
+            ..Default::default()
+        });
+        let ack = send_to(&producer, 0, "a").await;
+        for _ in 0..3 {
+            let req = peer.recv().await;
+            peer.reply(
+                &req,
+                answer(&[(0, ErrorCode::NotEnoughReplicasAfterAppend, -1)]),
+            )
+            .await;
+        }
+        let err = ack.await.unwrap_err();
+        assert_eq!(err.code(), Some(ErrorCode::NotEnoughReplicasAfterAppend));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn acks_zero_completes_once_written_without_a_response() {
+        let (producer, mut peer) = producer(ProducerConfig {
+            acks: Acks::None,
+            ..Default::default()
+        });
+        let ack = send_to(&producer, 1, "a").await;
+        let req = peer.recv().await;
+        assert_eq!(produce(&req).acks, 0);
+        let md = ack.await.unwrap();
+        assert_eq!((md.offset, md.acked_isr.len()), (-1, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn flush_sends_without_waiting_for_linger() {
+        let (producer, mut peer) = producer(ProducerConfig {
+            linger_ms: 10_000,
+            delivery_timeout_ms: 120_000,
+            ..Default::default()
+        });
+        let start = Instant::now();
+        let ack = send_to(&producer, 0, "a").await;
+        let flush = tokio::spawn({
+            let producer = producer.clone();
+            async move { producer.flush().await }
+        });
+        let req = peer.recv().await;
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        assert!(!flush.is_finished());
+        peer.reply(&req, answer(&[(0, ErrorCode::None, 0)])).await;
+        flush.await.unwrap();
+        assert_eq!(ack.await.unwrap().offset, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn full_buffer_blocks_send_until_an_acknowledgement_frees_it() {
+        let (producer, mut peer) = producer(ProducerConfig {
+            buffer_memory: 200,
+            max_block_ms: 1_000,
+            ..Default::default()
+        });
+        let value = "x".repeat(100);
+        let first = send_to(&producer, 0, &value).await;
+        let req = peer.recv().await;
+
+        let start = Instant::now();
+        let err = producer
+            .enqueue(ProducerRecord::new("t", value.clone()).with_partition(0))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ProduceError::BufferFull {
+                    max_block_ms: 1_000,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(start.elapsed(), 1_000 * MS);
+
+        let waiting = tokio::spawn({
+            let producer = producer.clone();
+            let value = value.clone();
+            async move {
+                producer
+                    .enqueue(ProducerRecord::new("t", value).with_partition(0))
+                    .await
+            }
+        });
+        tokio::time::sleep(100 * MS).await;
+        assert!(!waiting.is_finished());
+        peer.reply(&req, answer(&[(0, ErrorCode::None, 0)])).await;
+        first.await.unwrap();
+        assert!(waiting.await.unwrap().is_ok());
+
+        let too_big = producer
+            .enqueue(ProducerRecord::new("t", "y".repeat(300)))
+            .await
+            .unwrap_err();
+        assert!(matches!(
+            too_big,
+            ProduceError::RecordTooLarge {
+                setting: "buffer_memory",
+                ..
+            }
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn keyed_records_follow_the_hash_and_bad_partitions_are_refused() {
+        let (producer, mut peer) = producer(ProducerConfig::default());
+        let ack = producer
+            .enqueue(ProducerRecord::new("t", "v").with_key("foobar"))
+            .await
+            .unwrap();
+        let req = peer.recv().await;
+        let partition = batches(&req)[0].0;
+        assert_eq!(
+            partition,
+            crate::partitioner::partition_for_key(b"foobar", 2)
+        );
+        peer.reply(&req, answer(&[(partition, ErrorCode::None, 3)]))
+            .await;
+        assert_eq!(ack.await.unwrap().partition, partition);
+
+        let err = producer
+            .enqueue(ProducerRecord::new("t", "v").with_partition(2))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("has no partition 2"), "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn full_batches_are_pipelined_up_to_max_in_flight() {
+        for max_in_flight in [5, 1] {
+            let (producer, mut peer) = producer(ProducerConfig {
+                batch_size: 100,
+                max_in_flight_requests_per_connection: max_in_flight,
+                ..Default::default()
+            });
+            let start = Instant::now();
+            let value = "x".repeat(80);
+            let mut acks = Vec::new();
+            for _ in 0..3 {
+                acks.push(send_to(&producer, 0, &value).await);
+            }
+            // Two full batches go out at once, each its own request (one batch per
+            // partition per request), unless only one request may be in flight.
+            let first = peer.recv().await;
+            assert_eq!(start.elapsed(), Duration::ZERO);
+            if max_in_flight > 1 {
+                let second = peer.recv().await;
+                assert_eq!(start.elapsed(), Duration::ZERO);
+                peer.reply(&first, answer(&[(0, ErrorCode::None, 0)])).await;
+                peer.reply(&second, answer(&[(0, ErrorCode::None, 1)]))
+                    .await;
+            } else {
+                tokio::time::sleep(50 * MS).await;
+                peer.reply(&first, answer(&[(0, ErrorCode::None, 0)])).await;
+                let second = peer.recv().await;
+                assert_eq!(start.elapsed(), 50 * MS);
+                peer.reply(&second, answer(&[(0, ErrorCode::None, 1)]))
+                    .await;
+            }
+            let third = peer.recv().await;
+            peer.reply(&third, answer(&[(0, ErrorCode::None, 2)])).await;
+            let offsets: Vec<i64> = futures::future::join_all(acks)
+                .await
+                .into_iter()
+                .map(|r| r.unwrap().offset)
+                .collect();
+            assert_eq!(offsets, [0, 1, 2], "max_in_flight {max_in_flight}");
+        }
+    }
+}

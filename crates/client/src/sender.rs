@@ -1,0 +1,565 @@
+//! The producer's sender task: drains sendable batches into one ProduceRequest
+//! per leader broker (at most `max_in_flight_requests_per_connection`
+//! outstanding per broker), completes the records' futures from the responses,
+//! and puts batches that failed with a retriable error back for a retry after a
+//! backoff, refreshing metadata when the error says the leader moved.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use syncline_proto::{pb, ErrorCode};
+use tokio::time::Instant;
+
+use crate::accumulator::ProducerBatch;
+use crate::cluster::{backoff, expect_body, Cluster};
+use crate::config::{Acks, ClientConfig, ProducerConfig};
+use crate::error::{ClientError, ProduceError};
+use crate::producer::Shared;
+
+/// A produce request that came back (or failed).
+struct Done {
+    broker: i32,
+    batches: Vec<ProducerBatch>,
+    /// `None` for acks=0 (no response exists).
+    result: Result<Option<pb::ProduceResponse>, ClientError>,
+}
+
+/// What to do with a batch whose attempt failed.
+#[derive(Debug, Clone)]
+pub(crate) enum RetryDecision {
+    /// Send it again after this backoff.
+    Retry(Duration),
+    /// Fail its records with this error.
+    Fail(ProduceError),
+}
+
+/// Attempt limits for [`retry_decision`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RetryPolicy<'a> {
+    pub(crate) retries: u32,
+    pub(crate) delivery_timeout: Duration,
+    pub(crate) client: &'a ClientConfig,
+}
+
+/// Decides about a batch after attempt number `attempts` failed with `error`.
+/// Retriable errors are retried while retries remain and the retry would start
+/// before the batch's delivery deadline.
+pub(crate) fn retry_decision(
+    error: ProduceError,
+    retriable: bool,
+    attempts: u32,
+    deadline: Instant,
+    now: Instant,
+    policy: RetryPolicy<'_>,
+) -> RetryDecision {
+    if !retriable || attempts > policy.retries {
+        return RetryDecision::Fail(error);
+    }
+    let wait = backoff(policy.client, attempts);
+    if now + wait >= deadline {
+        return RetryDecision::Fail(ProduceError::DeliveryTimeout {
+            timeout_ms: policy.delivery_timeout.as_millis() as u64,
+            last_error: Some(Box::new(error)),
+        });
+    }
+    RetryDecision::Retry(wait)
+}
+
+/// Whether an error code means the client's leader information is stale.
+pub(crate) fn needs_metadata_refresh(code: ErrorCode) -> bool {
+    code.is_leadership_error()
+        || matches!(
+            code,
+            ErrorCode::NetworkException
+                | ErrorCode::BrokerNotAvailable
+                | ErrorCode::ReplicaNotAvailable
+        )
+}
+
+/// Builds the ProduceRequest for one broker's batches, grouped by topic.
+pub(crate) fn produce_request(
+    acks: Acks,
+    timeout_ms: u64,
+    batches: &mut [ProducerBatch],
+) -> pb::ProduceRequest {
+    let mut topics: BTreeMap<String, Vec<pb::ProducePartition>> = BTreeMap::new();
+    for batch in batches.iter_mut() {
+        let partition = pb::ProducePartition {
+            partition: batch.tp.partition,
+            current_leader_epoch: Some(batch.leader_epoch),
+            records: batch.bytes(),
+        };
+        topics
+            .entry(batch.tp.topic.clone())
+            .or_default()
+            .push(partition);
+    }
+    pb::ProduceRequest {
+        acks: acks.wire(),
+        timeout_ms: i32::try_from(timeout_ms).unwrap_or(i32::MAX),
+        topics: topics
+            .into_iter()
+            .map(|(name, partitions)| pb::ProduceTopic { name, partitions })
+            .collect(),
+    }
+}
+
+/// The background task behind a [`crate::Producer`].
+pub(crate) struct Sender {
+    config: ProducerConfig,
+    cluster: Arc<Cluster>,
+    shared: Arc<Shared>,
+    in_flight: FuturesUnordered<BoxFuture<'static, Done>>,
+    in_flight_per_broker: HashMap<i32, usize>,
+    /// The metadata refresh in progress (at most one).
+    refresh: FuturesUnordered<BoxFuture<'static, ()>>,
+    last_refresh: Option<Instant>,
+    refresh_wanted: bool,
+}
+
+impl Sender {
+    pub(crate) fn new(config: ProducerConfig, cluster: Arc<Cluster>, shared: Arc<Shared>) -> Self {
+        Sender {
+            config,
+            cluster,
+            shared,
+            in_flight: FuturesUnordered::new(),
+            in_flight_per_broker: HashMap::new(),
+            refresh: FuturesUnordered::new(),
+            last_refresh: None,
+            refresh_wanted: false,
+        }
+    }
+
+    fn policy(&self) -> RetryPolicy<'_> {
+        RetryPolicy {
+            retries: self.config.retries,
+            delivery_timeout: Duration::from_millis(self.config.delivery_timeout_ms),
+            client: &self.config.client,
+        }
+    }
+
+    pub(crate) async fn run(mut self) {
+        loop {
+            let now = Instant::now();
+            let (next_check, sent) = self.step(now);
+            if sent {
+                // More may be sendable now (a broker with room for another request
+                // and a partition with another ready batch): look again at once.
+                tokio::task::yield_now().await;
+                continue;
+            }
+            let (closing, finished) = {
+                let state = self.shared.state.lock();
+                (
+                    self.shared
+                        .closed
+                        .load(std::sync::atomic::Ordering::Acquire),
+                    state.accumulator.all_complete(),
+                )
+            };
+            if closing && finished && self.in_flight.is_empty() {
+                self.shared.completed.notify_waiters();
+                return;
+            }
+            let sleep =
+                tokio::time::sleep_until(next_check.unwrap_or(now + Duration::from_secs(3600)));
+            tokio::select! {
+                () = self.shared.wake.notified() => {}
+                () = sleep => {}
+                Some(done) = self.in_flight.next(), if !self.in_flight.is_empty() => {
+                    self.handle(done, Instant::now());
+                }
+                Some(()) = self.refresh.next(), if !self.refresh.is_empty() => {}
+            }
+        }
+    }
+
+    /// Expires, drains and sends what is due; returns when to look again and
+    /// whether a request went out.
+    fn step(&mut self, now: Instant) -> (Option<Instant>, bool) {
+        let max_in_flight = self.config.max_in_flight_requests_per_connection;
+        let (requests, expired, mut next_check, topics) = {
+            let mut state = self.shared.state.lock();
+            let acc = &mut state.accumulator;
+            let expired = acc.expire(now);
+            let (check, drained) = self.cluster.with_metadata(|md| {
+                let leader_of = |tp: &_| md.leader(tp);
+                let check = acc.ready(now, leader_of);
+                let mut drained = Vec::new();
+                for &broker in &check.brokers {
+                    if self.in_flight_per_broker.get(&broker).copied().unwrap_or(0) >= max_in_flight
+                    {
+                        continue;
+                    }
+                    let batches = acc.drain(broker, leader_of, self.config.max_request_size, now);
+                    if !batches.is_empty() {
+                        drained.push((broker, batches));
+                    }
+                }
+                (check, drained)
+            });
+            if check.unknown_leader {
+                self.refresh_wanted = true;
+            }
+            let next = [check.next_check, acc.next_deadline()]
+                .into_iter()
+                .flatten()
+                .min();
+            let topics: Vec<String> = state.topics.iter().cloned().collect();
+            (drained, expired, next, topics)
+        };
+        let any_expired = !expired.is_empty();
+        for batch in expired {
+            let error = ProduceError::DeliveryTimeout {
+                timeout_ms: self.config.delivery_timeout_ms,
+                last_error: batch.last_error.clone().map(Box::new),
+            };
+            batch.fail(&error);
+        }
+        if any_expired {
+            // Flush and close waiters may be done now.
+            self.shared.completed.notify_waiters();
+        }
+        let sent = !requests.is_empty();
+        for (broker, batches) in requests {
+            self.start_request(broker, batches);
+        }
+
+        let max_age = self.config.client.metadata_max_age_ms;
+        if self
+            .cluster
+            .with_metadata(|m| m.needs_refresh(now, max_age))
+            && !topics.is_empty()
+        {
+            self.refresh_wanted = true;
+        }
+        if self.refresh_wanted && self.refresh.is_empty() {
+            let allowed_at = self.last_refresh.map_or(now, |t| {
+                t + Duration::from_millis(self.config.client.retry_backoff_ms)
+            });
+            if now >= allowed_at {
+                self.refresh_wanted = false;
+                self.last_refresh = Some(now);
+                let cluster = self.cluster.clone();
+                self.refresh.push(
+                    async move {
+                        if let Err(e) = cluster.refresh_metadata(topics).await {
+                            tracing::debug!(error = %e, "metadata refresh failed");
+                        }
+                    }
+                    .boxed(),
+                );
+            } else {
+                next_check = Some(next_check.map_or(allowed_at, |n| n.min(allowed_at)));
+            }
+        }
+        (next_check, sent)
+    }
+
+    fn start_request(&mut self, broker: i32, mut batches: Vec<ProducerBatch>) {
+        let acks = self.config.acks;
+        let request = produce_request(acks, self.config.client.request_timeout_ms, &mut batches);
+        *self.in_flight_per_broker.entry(broker).or_default() += 1;
+        let cluster = self.cluster.clone();
+        let body = pb::request::Body::Produce(request);
+        self.in_flight.push(
+            async move {
+                let result = if acks == Acks::None {
+                    match cluster.broker_connection(broker).await {
+                        Ok(conn) => conn.send_no_response(body).await.map(|()| None),
+                        Err(e) => Err(e),
+                    }
+                } else {
+                    cluster
+                        .send_to(broker, body)
+                        .await
+                        .and_then(|b| expect_body!(b, Produce))
+                        .map(Some)
+                };
+                Done {
+                    broker,
+                    batches,
+                    result,
+                }
+            }
+            .boxed(),
+        );
+    }
+
+    fn handle(&mut self, done: Done, now: Instant) {
+        if let Some(n) = self.in_flight_per_broker.get_mut(&done.broker) {
+            *n = n.saturating_sub(1);
+        }
+        match done.result {
+            Ok(None) => {
+                let mut state = self.shared.state.lock();
+                for batch in done.batches {
+                    state.accumulator.completed(&batch);
+                    batch.complete_unacknowledged();
+                }
+            }
+            Ok(Some(response)) => self.handle_response(done.batches, &response, now),
+            Err(error) => {
+                tracing::debug!(broker = done.broker, %error, "produce request failed");
+                let retriable = error.is_retriable();
+                if retriable {
+                    self.cluster.with_metadata_mut(|m| m.mark_stale());
+                    self.refresh_wanted = true;
+                }
+                let error = ProduceError::from(error);
+                for batch in done.batches {
+                    self.retry_or_fail(batch, error.clone(), retriable, now);
+                }
+            }
+        }
+        self.shared.completed.notify_waiters();
+    }
+
+    fn handle_response(
+        &mut self,
+        batches: Vec<ProducerBatch>,
+        response: &pb::ProduceResponse,
+        now: Instant,
+    ) {
+        for batch in batches {
+            let answer = response
+                .topics
+                .iter()
+                .filter(|t| t.name == batch.tp.topic)
+                .flat_map(|t| &t.partitions)
+                .find(|p| p.partition == batch.tp.partition);
+            let Some(answer) = answer else {
+                let error = ProduceError::Broker {
+                    code: ErrorCode::UnknownServerError,
+                    message: "the broker's response has no entry for this partition".into(),
+                };
+                self.retry_or_fail(batch, error, false, now);
+                continue;
+            };
+            let code = ErrorCode::from_wire(answer.error_code);
+            if code == ErrorCode::None {
+                self.shared.state.lock().accumulator.completed(&batch);
+                batch.complete(answer);
+                continue;
+            }
+            tracing::debug!(tp = %batch.tp, %code, attempt = batch.attempts, "produce error");
+            if needs_metadata_refresh(code) {
+                let hinted = answer.current_leader.as_ref().is_some_and(|l| {
+                    self.cluster.with_metadata_mut(|m| {
+                        m.apply_leader_hint(&batch.tp, l.leader_id, l.leader_epoch)
+                    })
+                });
+                if !hinted {
+                    self.cluster.with_metadata_mut(|m| m.mark_stale());
+                    self.refresh_wanted = true;
+                }
+            }
+            let error = ProduceError::Broker {
+                code,
+                message: answer.error_message.clone(),
+            };
+            self.retry_or_fail(batch, error, code.is_retriable(), now);
+        }
+    }
+
+    fn retry_or_fail(
+        &mut self,
+        mut batch: ProducerBatch,
+        error: ProduceError,
+        retriable: bool,
+        now: Instant,
+    ) {
+        let deadline = batch.deadline(Duration::from_millis(self.config.delivery_timeout_ms));
+        let decision = retry_decision(
+            error.clone(),
+            retriable,
+            batch.attempts,
+            deadline,
+            now,
+            self.policy(),
+        );
+        let mut state = self.shared.state.lock();
+        match decision {
+            RetryDecision::Retry(wait) => {
+                batch.last_error = Some(error);
+                state.accumulator.reenqueue(batch, wait, now);
+            }
+            RetryDecision::Fail(error) => {
+                state.accumulator.completed(&batch);
+                drop(state);
+                batch.fail(&error);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(client: &ClientConfig, retries: u32) -> RetryPolicy<'_> {
+        RetryPolicy {
+            retries,
+            delivery_timeout: Duration::from_secs(120),
+            client,
+        }
+    }
+
+    /// The backoff of a retry, or the failure's code.
+    fn outcome(d: RetryDecision) -> Result<Duration, Option<ErrorCode>> {
+        match d {
+            RetryDecision::Retry(wait) => Ok(wait),
+            RetryDecision::Fail(e) => Err(e.code()),
+        }
+    }
+
+    fn broker(code: ErrorCode) -> ProduceError {
+        ProduceError::Broker {
+            code,
+            message: String::new(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_decisions_per_error_code() {
+        let client = ClientConfig::default();
+        let now = Instant::now();
+        let deadline = now + Duration::from_secs(120);
+        let p = policy(&client, 3);
+        let retriable = [
+            ErrorCode::NotLeaderOrFollower,
+            ErrorCode::UnknownLeaderEpoch,
+            ErrorCode::FencedLeaderEpoch,
+            ErrorCode::UnknownTopicOrPartition,
+            ErrorCode::LeaderNotAvailable,
+            ErrorCode::NotEnoughReplicas,
+            ErrorCode::NotEnoughReplicasAfterAppend,
+            ErrorCode::RequestTimedOut,
+        ];
+        for code in retriable {
+            assert_eq!(
+                outcome(retry_decision(
+                    broker(code),
+                    code.is_retriable(),
+                    1,
+                    deadline,
+                    now,
+                    p
+                )),
+                Ok(Duration::from_millis(100)),
+                "{code}"
+            );
+        }
+        for code in [
+            ErrorCode::CorruptMessage,
+            ErrorCode::MessageTooLarge,
+            ErrorCode::InvalidRecord,
+            ErrorCode::InvalidRequiredAcks,
+            ErrorCode::InvalidTimestamp,
+        ] {
+            assert_eq!(
+                outcome(retry_decision(
+                    broker(code),
+                    code.is_retriable(),
+                    1,
+                    deadline,
+                    now,
+                    p
+                )),
+                Err(Some(code)),
+                "{code}"
+            );
+        }
+        // Leadership errors refresh metadata; NOT_ENOUGH_REPLICAS does not.
+        assert!(needs_metadata_refresh(ErrorCode::NotLeaderOrFollower));
+        assert!(needs_metadata_refresh(ErrorCode::FencedLeaderEpoch));
+        assert!(!needs_metadata_refresh(ErrorCode::NotEnoughReplicas));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_back_off_and_are_bounded_by_count_and_deadline() {
+        let client = ClientConfig::default();
+        let now = Instant::now();
+        let far = now + Duration::from_secs(120);
+        let e = broker(ErrorCode::NotEnoughReplicas);
+        let p = policy(&client, 3);
+        let waits: Vec<_> = (1..=4)
+            .map(|a| outcome(retry_decision(e.clone(), true, a, far, now, p)))
+            .collect();
+        let ms = Duration::from_millis;
+        assert_eq!(
+            waits,
+            [
+                Ok(ms(100)),
+                Ok(ms(200)),
+                Ok(ms(400)),
+                Err(Some(ErrorCode::NotEnoughReplicas))
+            ]
+        );
+        // The retry would start after the delivery deadline: a timeout naming the
+        // last error.
+        let near = now + Duration::from_millis(50);
+        match retry_decision(e.clone(), true, 1, near, now, p) {
+            RetryDecision::Fail(ProduceError::DeliveryTimeout {
+                last_error: Some(last),
+                ..
+            }) => {
+                assert_eq!(last.code(), Some(ErrorCode::NotEnoughReplicas));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn request_groups_batches_by_topic_with_leader_epochs() {
+        use crate::accumulator::{Accumulator, AccumulatorConfig, RecordFields};
+        use crate::buffer::Reservation;
+        use crate::metadata::TopicPartition;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut acc = Accumulator::new(AccumulatorConfig {
+                batch_size: 1000,
+                linger: Duration::ZERO,
+                delivery_timeout: Duration::from_secs(1),
+                guarantee_order: false,
+            });
+            let now = Instant::now();
+            for (t, p) in [("a", 0), ("b", 1), ("a", 2)] {
+                let (tx, _rx) = tokio::sync::oneshot::channel();
+                let f = RecordFields {
+                    timestamp: 5,
+                    key: Some(b"k"),
+                    value: Some(b"v"),
+                    headers: &[],
+                };
+                acc.append(&TopicPartition::new(t, p), f, Reservation::empty(), tx, now);
+            }
+            let mut batches = acc.drain(1, |tp| Some((1, 10 + tp.partition)), 1 << 20, now);
+            let req = produce_request(Acks::All, 30_000, &mut batches);
+            assert_eq!((req.acks, req.timeout_ms), (-1, 30_000));
+            let names: Vec<&str> = req.topics.iter().map(|t| t.name.as_str()).collect();
+            assert_eq!(names, ["a", "b"]);
+            let a: Vec<(i32, Option<i32>)> = req.topics[0]
+                .partitions
+                .iter()
+                .map(|p| (p.partition, p.current_leader_epoch))
+                .collect();
+            assert_eq!(a, [(0, Some(10)), (2, Some(12))]);
+            for t in &req.topics {
+                for p in &t.partitions {
+                    let h = syncline_proto::batch::validate(&p.records).unwrap();
+                    assert_eq!(h.records_count, 1);
+                }
+            }
+        });
+    }
+}
