@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs the whole test suite (what CI runs). Needs only the Rust toolchain:
+# the end-to-end tests start the real binaries, built here first.
+#   scripts/test.sh            all tests
+#   scripts/test.sh FILTER...  extra arguments go to the test runner
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "==> building binaries (the end-to-end tests run them)"
+cargo build --workspace --bins
+
+if cargo nextest --version >/dev/null 2>&1; then
+    echo "==> unit, property, integration and end-to-end tests (cargo nextest)"
+    cargo nextest run --workspace --profile ci "$@"
+    echo "==> doc tests"
+    cargo test --workspace --doc --quiet
+else
+    echo "==> cargo-nextest not found: using cargo test (end-to-end tests one at a time)"
+    cargo test --workspace --exclude syncline-e2e "$@"
+    cargo test -p syncline-e2e "$@" -- --test-threads=1
+fi
