@@ -6,6 +6,7 @@
 //! executable (`target/<profile>/`): `scripts/test.sh` builds them first.
 
 pub mod client;
+pub mod inprocess;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -48,7 +49,7 @@ pub fn free_port() -> u16 {
         .expect("a free port")
 }
 
-/// Polls `cond` every 50 ms until it holds or `timeout` passes; panics naming
+/// Polls `cond` every 20 ms until it holds or `timeout` passes; panics naming
 /// `what` on timeout.
 pub async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut cond: F)
 where
@@ -61,7 +62,7 @@ where
             Instant::now() < deadline,
             "timed out after {timeout:?} waiting for {what}"
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

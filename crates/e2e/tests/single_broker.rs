@@ -1,8 +1,6 @@
 //! One broker (also the controller): create, produce, fetch, list offsets, errors.
 
-mod common;
-
-use common::*;
+use syncline_e2e::inprocess::*;
 use syncline_proto::pb::{self, request::Body, response::Body as Resp};
 use syncline_proto::ErrorCode;
 

@@ -1,10 +1,8 @@
 //! Three brokers in one process: acks=all, ISR, leader change.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use syncline_e2e::inprocess::*;
 use syncline_proto::ErrorCode;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -39,7 +37,7 @@ async fn acks_all_is_acknowledged_by_the_whole_isr() {
             .replica_manager()
             .partition("r", 0)
             .unwrap();
-        TestCluster::wait_for("follower to catch up", Duration::from_secs(5), || {
+        syncline_e2e::wait_for("follower to catch up", Duration::from_secs(5), || {
             let p = p.clone();
             async move { p.log_end_offset() == 40 && p.high_watermark() == 40 }
         })

@@ -1,7 +1,6 @@
 //! An in-process cluster for integration tests: brokers on loopback port 0, data in
-//! a temporary directory, all stopped when the cluster is dropped.
-
-#![allow(dead_code, unreachable_pub)]
+//! a temporary directory, all stopped when the cluster is dropped. Faster than
+//! processes, and the tests can look inside the brokers.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +13,7 @@ use syncline_proto::batch::BatchBuilder;
 use syncline_proto::pb::{self, request::Body, response::Body as Resp};
 use tokio::time::Instant;
 
+#[derive(Debug)]
 pub struct TestCluster {
     pub dir: tempfile::TempDir,
     pub brokers: Vec<Option<BrokerHandle>>,
@@ -126,22 +126,9 @@ impl TestCluster {
             .unwrap()
     }
 
-    /// Polls `cond` every 20 ms until it holds or `timeout` passes.
-    pub async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut cond: F)
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = bool>,
-    {
-        let deadline = Instant::now() + timeout;
-        while !cond().await {
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
     async fn wait_unfenced(&self, n: usize) {
         let conn = self.connect(1).await;
-        Self::wait_for("brokers to register", Duration::from_secs(20), || {
+        crate::wait_for("brokers to register", Duration::from_secs(20), || {
             let conn = conn.clone();
             async move {
                 match conn

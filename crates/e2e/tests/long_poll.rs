@@ -1,11 +1,9 @@
 //! DelayedFetch end to end on a real broker: a long poll is answered as soon as
 //! data arrives, or at its deadline when none does; a closed connection cancels it.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use syncline_e2e::inprocess::*;
 use syncline_proto::pb::response::Body as Resp;
 use tokio::time::Instant;
 
@@ -36,7 +34,7 @@ async fn long_poll_answers_on_data_not_at_the_deadline() {
             .purgatory_sizes()
             .0
     };
-    TestCluster::wait_for(
+    syncline_e2e::wait_for(
         "the fetch to wait in the purgatory",
         Duration::from_secs(2),
         || async { purgatory() == 1 },
@@ -104,14 +102,14 @@ async fn closing_the_connection_cancels_its_waiting_fetches() {
             });
         }
         let rm = cluster.broker(1).broker().replica_manager();
-        TestCluster::wait_for("three waiting fetches", Duration::from_secs(2), || async {
+        syncline_e2e::wait_for("three waiting fetches", Duration::from_secs(2), || async {
             rm.purgatory_sizes().0 == 3
         })
         .await;
         consumer.close();
     }
     let rm = cluster.broker(1).broker().replica_manager();
-    TestCluster::wait_for(
+    syncline_e2e::wait_for(
         "the fetches to be cancelled",
         Duration::from_secs(2),
         || async { rm.purgatory_sizes().0 == 0 },
