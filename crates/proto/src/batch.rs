@@ -175,7 +175,9 @@ pub fn validate(batch: &[u8]) -> Result<BatchHeader, BatchError> {
         return Err(BatchError::Compressed(header.compression()));
     }
     if header.records_count <= 0 {
-        return Err(BatchError::BadRecords("a batch must hold at least one record"));
+        return Err(BatchError::BadRecords(
+            "a batch must hold at least one record",
+        ));
     }
     if header.last_offset_delta != header.records_count - 1 {
         return Err(BatchError::BadRecords(
@@ -617,7 +619,12 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    type Rec = (Option<Vec<u8>>, Option<Vec<u8>>, Vec<(Vec<u8>, Option<Vec<u8>>)>, i64);
+    type Rec = (
+        Option<Vec<u8>>,
+        Option<Vec<u8>>,
+        Vec<(Vec<u8>, Option<Vec<u8>>)>,
+        i64,
+    );
 
     fn build(records: &[Rec], base_ts: i64) -> Bytes {
         let mut b = BatchBuilder::new(base_ts);
@@ -728,13 +735,29 @@ mod tests {
     fn torn_batch_is_reported_as_truncated() {
         let b = build(&[(None, Some(b"hello".to_vec()), vec![], 0)], 0);
         let cut = &b[..b.len() - 1];
-        assert!(matches!(split(cut).next(), Some(Err(BatchError::Truncated { .. }))));
+        assert!(matches!(
+            split(cut).next(),
+            Some(Err(BatchError::Truncated { .. }))
+        ));
         assert!(matches!(validate(cut), Err(BatchError::Truncated { .. })));
     }
 
     #[test]
     fn varint_lengths_match_encoding() {
-        for v in [0i64, 1, -1, 63, 64, -64, -65, 8191, 8192, i64::MAX, i64::MIN, 1 << 40] {
+        for v in [
+            0i64,
+            1,
+            -1,
+            63,
+            64,
+            -64,
+            -65,
+            8191,
+            8192,
+            i64::MAX,
+            i64::MIN,
+            1 << 40,
+        ] {
             let mut out = BytesMut::new();
             put_varlong(&mut out, v);
             assert_eq!(out.len(), varlong_len(v), "{v}");
