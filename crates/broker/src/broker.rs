@@ -84,12 +84,18 @@ impl Broker {
             Body::Produce(r) => self.rm.handle_produce(r, responder),
             Body::Fetch(r) => self.rm.handle_fetch(r, responder),
             Body::ListOffsets(r) => responder.send(Resp::ListOffsets(self.rm.list_offsets(&r))),
-            Body::Metadata(r) => responder.send(Resp::Metadata(self.metadata.metadata(&r.topics))),
+            Body::Metadata(r) => {
+                let listener = responder.connection().listener.clone();
+                responder.send(Resp::Metadata(self.metadata.metadata(&r.topics, &listener)))
+            }
             Body::DescribeTopics(r) => {
                 responder.send(Resp::DescribeTopics(self.rm.describe_topics(&r.topics)))
             }
             Body::DescribeCluster(_) => {
-                responder.send(Resp::DescribeCluster(self.metadata.describe_cluster()))
+                let listener = responder.connection().listener.clone();
+                responder.send(Resp::DescribeCluster(
+                    self.metadata.describe_cluster(&listener),
+                ))
             }
             Body::OffsetsForLeaderEpoch(r) => responder.send(Resp::OffsetsForLeaderEpoch(
                 self.rm.offsets_for_leader_epoch(&r),
@@ -236,7 +242,7 @@ pub struct BrokerHandle {
 }
 
 impl BrokerHandle {
-    /// The address the client listener is bound to.
+    /// The address the first listener is bound to.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
@@ -280,19 +286,32 @@ pub async fn start(
     config: BrokerConfig,
     network: Arc<dyn Network>,
 ) -> anyhow::Result<BrokerHandle> {
-    let listener = network
-        .bind(&config.listeners.to_string())
-        .await
-        .with_context(|| format!("cannot listen on {} (`listeners`)", config.listeners))?;
-    start_on(config, network, listener).await
+    let mut bound = Vec::new();
+    for l in &config.listeners {
+        let listener = network.bind(&l.bind.to_string()).await.with_context(|| {
+            format!(
+                "cannot listen on {} (`listeners`, listener {})",
+                l.bind, l.name
+            )
+        })?;
+        bound.push(listener);
+    }
+    start_on(config, network, bound).await
 }
 
-/// As [`start`], on a listener bound already (tests bind port 0 first).
+/// As [`start`], on listeners bound already, one per `config.listeners` in order
+/// (tests bind port 0 first).
 pub async fn start_on(
     config: BrokerConfig,
     network: Arc<dyn Network>,
-    listener: Box<dyn crate::net::Listener>,
+    listeners: Vec<Box<dyn crate::net::Listener>>,
 ) -> anyhow::Result<BrokerHandle> {
+    anyhow::ensure!(
+        listeners.len() == config.listeners.len(),
+        "{} listeners bound for {} configured",
+        listeners.len(),
+        config.listeners.len()
+    );
     let config = Arc::new(config);
     std::fs::create_dir_all(&config.log_dir)
         .with_context(|| format!("cannot create log dir {}", config.log_dir.display()))?;
@@ -306,7 +325,7 @@ pub async fn start_on(
         )
     })?;
 
-    let addr = listener.local_addr()?;
+    let addr = listeners[0].local_addr()?;
     let metrics_listener = match &config.metrics_listen {
         Some(m) => Some(
             tokio::net::TcpListener::bind(m.to_string())
@@ -376,11 +395,14 @@ pub async fn start_on(
     });
 
     let mut tasks = Vec::new();
-    tasks.push(tokio::spawn(crate::server::serve(
-        listener,
-        broker.clone(),
-        background.clone(),
-    )));
+    for (listener, l) in listeners.into_iter().zip(&config.listeners) {
+        tasks.push(tokio::spawn(crate::server::serve(
+            listener,
+            Arc::from(l.name.as_str()),
+            broker.clone(),
+            background.clone(),
+        )));
+    }
     if let Some(l) = metrics_listener {
         tasks.push(tokio::spawn(crate::http::serve(
             l,

@@ -66,6 +66,46 @@ impl std::fmt::Display for HostPort {
     }
 }
 
+/// One named listener: where it binds and the address it advertises.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerConfig {
+    pub name: String,
+    pub bind: HostPort,
+    pub advertised: HostPort,
+}
+
+/// The listener name of `listeners = "host:port"` (no name given).
+pub const DEFAULT_LISTENER_NAME: &str = "PLAINTEXT";
+
+/// Parses `[NAME://]host:port[,...]` into (name, address) pairs.
+fn parse_listeners(key: &'static str, s: &str) -> Result<Vec<(String, HostPort)>, ConfigError> {
+    let mut out: Vec<(String, HostPort)> = Vec::new();
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (name, addr) = match item.split_once("://") {
+            Some((name, addr)) => (name.to_string(), addr),
+            None => (DEFAULT_LISTENER_NAME.to_string(), item),
+        };
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(invalid(
+                key,
+                format!("`{name}` is not a listener name (letters, digits, _ and -)"),
+            ));
+        }
+        if out.iter().any(|(n, _)| *n == name) {
+            return Err(invalid(key, format!("listener `{name}` is named twice")));
+        }
+        out.push((name, HostPort::parse(key, addr)?));
+    }
+    if out.is_empty() {
+        return Err(invalid(key, "names no listener (e.g. \"127.0.0.1:9092\")"));
+    }
+    Ok(out)
+}
+
 /// One voter of the controller quorum (`id@host:port`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Voter {
@@ -81,6 +121,7 @@ struct RawConfig {
     cluster_id: Option<String>,
     listeners: Option<String>,
     advertised_listeners: Option<String>,
+    inter_broker_listener_name: Option<String>,
     log_dirs: Option<String>,
     process_roles: Option<String>,
     controller_quorum_voters: Option<String>,
@@ -119,8 +160,10 @@ struct RawConfig {
 pub struct BrokerConfig {
     pub node_id: i32,
     pub cluster_id: String,
-    pub listeners: HostPort,
-    pub advertised_listeners: HostPort,
+    /// Every listener; clients get the endpoints of the one they connected to.
+    pub listeners: Vec<ListenerConfig>,
+    /// The listener other brokers and the controller use.
+    pub inter_broker_listener_name: String,
     pub log_dir: PathBuf,
     pub is_controller: bool,
     pub controller_quorum_voters: Vec<Voter>,
@@ -213,20 +256,52 @@ impl BrokerConfig {
         if raw.node_id < 0 {
             return Err(invalid("node_id", "must be 0 or more"));
         }
-        let listeners = HostPort::parse(
+        let bound = parse_listeners(
             "listeners",
             raw.listeners.as_deref().unwrap_or("127.0.0.1:9092"),
         )?;
-        let advertised_listeners = match raw.advertised_listeners.as_deref() {
-            Some(s) => HostPort::parse("advertised_listeners", s)?,
-            None if listeners.host == "0.0.0.0" || listeners.host == "::" => {
+        let advertised = match raw.advertised_listeners.as_deref() {
+            Some(s) => parse_listeners("advertised_listeners", s)?,
+            None => Vec::new(),
+        };
+        for (name, _) in &advertised {
+            if !bound.iter().any(|(n, _)| n == name) {
                 return Err(invalid(
                     "advertised_listeners",
-                    "must be set when `listeners` binds a wildcard address: clients need a \
-                     host they can reach",
+                    format!("`{name}` is not one of `listeners`"),
+                ));
+            }
+        }
+        let mut listeners = Vec::new();
+        for (name, bind) in bound {
+            let advertised = match advertised.iter().find(|(n, _)| *n == name) {
+                Some((_, a)) => a.clone(),
+                None if bind.host == "0.0.0.0" || bind.host == "::" => {
+                    return Err(invalid(
+                        "advertised_listeners",
+                        format!(
+                            "must give an address for listener `{name}`: it binds a wildcard \
+                             address, and clients need a host they can reach"
+                        ),
+                    ))
+                }
+                None => bind.clone(),
+            };
+            listeners.push(ListenerConfig {
+                name,
+                bind,
+                advertised,
+            });
+        }
+        let inter_broker_listener_name = match raw.inter_broker_listener_name {
+            Some(name) if listeners.iter().any(|l| l.name == name) => name,
+            Some(name) => {
+                return Err(invalid(
+                    "inter_broker_listener_name",
+                    format!("`{name}` is not one of `listeners`"),
                 ))
             }
-            None => listeners.clone(),
+            None => listeners[0].name.clone(),
         };
         let log_dirs = raw
             .log_dirs
@@ -387,7 +462,7 @@ impl BrokerConfig {
             node_id: raw.node_id,
             cluster_id: raw.cluster_id.unwrap_or_else(|| "syncline".to_string()),
             listeners,
-            advertised_listeners,
+            inter_broker_listener_name,
             log_dir: PathBuf::from(log_dirs.trim()),
             is_controller,
             controller_quorum_voters: voters,
@@ -492,6 +567,14 @@ impl BrokerConfig {
         })
     }
 
+    /// The listener other brokers and the controller reach this broker on.
+    pub fn inter_broker(&self) -> &ListenerConfig {
+        self.listeners
+            .iter()
+            .find(|l| l.name == self.inter_broker_listener_name)
+            .unwrap_or(&self.listeners[0])
+    }
+
     /// The controller voter this broker reports to.
     pub fn controller(&self) -> &Voter {
         &self.controller_quorum_voters[0]
@@ -536,8 +619,10 @@ mod tests {
     #[test]
     fn defaults_are_kafkas() {
         let c = BrokerConfig::parse(MINIMAL).unwrap();
-        assert_eq!(c.listeners.to_string(), "127.0.0.1:9092");
-        assert_eq!(c.advertised_listeners, c.listeners);
+        assert_eq!(c.listeners.len(), 1);
+        assert_eq!(c.inter_broker().name, DEFAULT_LISTENER_NAME);
+        assert_eq!(c.inter_broker().bind.to_string(), "127.0.0.1:9092");
+        assert_eq!(c.inter_broker().advertised, c.inter_broker().bind);
         assert!(c.is_controller);
         assert_eq!(c.replica_lag_time_max_ms, 30_000);
         assert_eq!(c.replica_fetch_wait_max_ms, 500);
@@ -586,6 +671,35 @@ mod tests {
         "#;
         let err = BrokerConfig::parse(text).unwrap_err().to_string();
         assert!(err.contains("controller_quorum_voters"), "{err}");
+    }
+
+    #[test]
+    fn named_listeners() {
+        let text = format!(
+            "{MINIMAL}\nlisteners = \"INTERNAL://0.0.0.0:19092,EXTERNAL://0.0.0.0:9092\"\n\
+             advertised_listeners = \"INTERNAL://broker-1:19092,EXTERNAL://127.0.0.1:9092\"\n\
+             inter_broker_listener_name = \"INTERNAL\"\n"
+        );
+        let c = BrokerConfig::parse(&text).unwrap();
+        assert_eq!(c.listeners.len(), 2);
+        assert_eq!(c.inter_broker().advertised.to_string(), "broker-1:19092");
+        assert_eq!(c.listeners[1].advertised.to_string(), "127.0.0.1:9092");
+        for (extra, key) in [
+            ("listeners = \"A://h:1,A://h:2\"", "listeners"),
+            (
+                "listeners = \"A://h:1\"\nadvertised_listeners = \"B://h:1\"",
+                "advertised_listeners",
+            ),
+            (
+                "listeners = \"A://h:1\"\ninter_broker_listener_name = \"B\"",
+                "inter_broker_listener_name",
+            ),
+        ] {
+            let err = BrokerConfig::parse(&format!("{MINIMAL}\n{extra}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key), "{extra}: {err}");
+        }
     }
 
     #[test]

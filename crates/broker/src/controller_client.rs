@@ -175,8 +175,8 @@ async fn register(
         incarnation_id: bytes::Bytes::copy_from_slice(incarnation),
         endpoint: Some(pb::BrokerEndpoint {
             node_id: config.node_id,
-            host: config.advertised_listeners.host.clone(),
-            port: i32::from(config.advertised_listeners.port),
+            host: config.inter_broker().advertised.host.clone(),
+            port: i32::from(config.inter_broker().advertised.port),
             rack: config.broker_rack.clone().unwrap_or_default(),
         }),
         metrics_address: config
@@ -184,6 +184,15 @@ async fn register(
             .as_ref()
             .map(|m| m.to_string())
             .unwrap_or_default(),
+        listeners: config
+            .listeners
+            .iter()
+            .map(|l| pb::ListenerEndpoint {
+                name: l.name.clone(),
+                host: l.advertised.host.clone(),
+                port: i32::from(l.advertised.port),
+            })
+            .collect(),
     };
     match channel
         .send(pb::request::Body::BrokerRegistration(request))

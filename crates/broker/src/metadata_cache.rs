@@ -186,19 +186,34 @@ impl MetadataCache {
         (!t.partitions.is_empty()).then_some(t.partitions.len())
     }
 
+    /// A broker's endpoint on `listener` (its inter-broker endpoint when it has no
+    /// listener of that name).
+    fn endpoint_on(b: &pb::BrokerInfo, listener: &str) -> Option<pb::BrokerEndpoint> {
+        let base = b.endpoint.clone()?;
+        Some(match b.listeners.iter().find(|l| l.name == listener) {
+            Some(l) => pb::BrokerEndpoint {
+                host: l.host.clone(),
+                port: l.port,
+                ..base
+            },
+            None => base,
+        })
+    }
+
     fn is_live(image: &Image, id: i32) -> bool {
         image.brokers.get(&id).is_some_and(|b| !b.fenced)
     }
 
-    /// The Metadata response: unfenced brokers and the requested topics (all when
-    /// `topics` is empty).
-    pub fn metadata(&self, topics: &[String]) -> pb::MetadataResponse {
+    /// The Metadata response for a client on `listener`: unfenced brokers (their
+    /// endpoints on that listener) and the requested topics (all when `topics` is
+    /// empty).
+    pub fn metadata(&self, topics: &[String], listener: &str) -> pb::MetadataResponse {
         let image = self.image.read();
         let brokers = image
             .brokers
             .values()
             .filter(|b| !b.fenced)
-            .filter_map(|b| b.endpoint.clone())
+            .filter_map(|b| Self::endpoint_on(b, listener))
             .collect();
         let names: Vec<String> = if topics.is_empty() {
             image.topics.keys().cloned().collect()
@@ -294,14 +309,21 @@ impl MetadataCache {
         }
     }
 
-    /// DescribeCluster: every registered broker.
-    pub fn describe_cluster(&self) -> pb::DescribeClusterResponse {
+    /// DescribeCluster for a client on `listener`: every registered broker.
+    pub fn describe_cluster(&self, listener: &str) -> pb::DescribeClusterResponse {
         let image = self.image.read();
         pb::DescribeClusterResponse {
             error_code: ErrorCode::None as i32,
             cluster_id: image.cluster_id.clone(),
             controller_id: image.controller_id,
-            brokers: image.brokers.values().cloned().collect(),
+            brokers: image
+                .brokers
+                .values()
+                .map(|b| pb::BrokerInfo {
+                    endpoint: Self::endpoint_on(b, listener),
+                    ..b.clone()
+                })
+                .collect(),
         }
     }
 
@@ -361,6 +383,11 @@ mod tests {
                     broker_epoch: id as i64,
                     fenced: id == 3,
                     metrics_address: String::new(),
+                    listeners: vec![pb::ListenerEndpoint {
+                        name: "EXTERNAL".into(),
+                        host: "public".into(),
+                        port: 19_090 + id,
+                    }],
                 })
                 .collect(),
             ..Default::default()
@@ -395,7 +422,7 @@ mod tests {
     fn metadata_lists_unfenced_brokers_and_offline_replicas() {
         let c = MetadataCache::new("c", 1);
         c.apply(&req(vec![ps(0, 1, 0, 0), ps(1, -1, 0, 0)], true));
-        let m = c.metadata(&[]);
+        let m = c.metadata(&[], "PLAINTEXT");
         assert_eq!(
             m.brokers.iter().map(|b| b.node_id).collect::<Vec<_>>(),
             vec![1, 2]
@@ -406,12 +433,20 @@ mod tests {
             t.partitions[1].error_code,
             ErrorCode::LeaderNotAvailable as i32
         );
-        let unknown = c.metadata(&["nope".into()]);
+        let unknown = c.metadata(&["nope".into()], "PLAINTEXT");
         assert_eq!(
             unknown.topics[0].error_code,
             ErrorCode::UnknownTopicOrPartition as i32
         );
         assert_eq!(c.broker_address(2).as_deref(), Some("127.0.0.1:9092"));
+        // Clients on the EXTERNAL listener get the EXTERNAL endpoints.
+        let ext = c.metadata(&[], "EXTERNAL");
+        assert_eq!(
+            (ext.brokers[1].host.as_str(), ext.brokers[1].port),
+            ("public", 19_092)
+        );
+        let cluster = c.describe_cluster("EXTERNAL");
+        assert_eq!(cluster.brokers[2].endpoint.as_ref().unwrap().port, 19_093);
         assert_eq!(c.counts(), (1, 2));
     }
 }

@@ -28,6 +28,9 @@ use crate::net::{BoxStream, Listener};
 #[derive(Debug)]
 pub struct ConnectionState {
     pub peer: String,
+    /// The name of the listener it arrived on (answers carry that listener's
+    /// endpoints).
+    pub listener: Arc<str>,
     tx: mpsc::UnboundedSender<Bytes>,
     /// Operations waiting in a purgatory on behalf of this connection: cancelled
     /// when it closes.
@@ -96,6 +99,7 @@ impl Responder {
 /// Accepts connections until `shutdown` fires.
 pub async fn serve(
     mut listener: Box<dyn Listener>,
+    name: Arc<str>,
     broker: Arc<Broker>,
     shutdown: CancellationToken,
 ) {
@@ -106,7 +110,8 @@ pub async fn serve(
                 Ok((stream, peer)) => {
                     let broker = broker.clone();
                     let shutdown = shutdown.clone();
-                    tokio::spawn(async move { connection(stream, peer, broker, shutdown).await });
+                    let name = name.clone();
+                    tokio::spawn(async move { connection(stream, peer, name, broker, shutdown).await });
                 }
                 Err(e) => {
                     // E.g. out of file descriptors: back off instead of spinning.
@@ -121,6 +126,7 @@ pub async fn serve(
 async fn connection(
     stream: BoxStream,
     peer: String,
+    listener: Arc<str>,
     broker: Arc<Broker>,
     shutdown: CancellationToken,
 ) {
@@ -129,6 +135,7 @@ async fn connection(
     let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
     let conn = Arc::new(ConnectionState {
         peer: peer.clone(),
+        listener,
         tx,
         pending: Mutex::new(Vec::new()),
     });

@@ -591,6 +591,7 @@ mod tests {
             broker_epoch: 10 + i64::from(id),
             fenced,
             metrics_address: metrics.into(),
+            listeners: vec![],
         };
         let d = cluster_description(pb::DescribeClusterResponse {
             error_code: 0,

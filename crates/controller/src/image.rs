@@ -28,6 +28,8 @@ pub struct BrokerRegistration {
     pub endpoint: pb::BrokerEndpoint,
     /// host:port of its Prometheus endpoint, empty when disabled.
     pub metrics_address: String,
+    /// Every advertised listener (clients get the one they connected through).
+    pub listeners: Vec<pb::ListenerEndpoint>,
     /// Fenced brokers lead nothing and may not join an ISR.
     pub fenced: bool,
 }
@@ -45,6 +47,7 @@ impl BrokerRegistration {
             broker_epoch: self.epoch,
             fenced: self.fenced,
             metrics_address: self.metrics_address.clone(),
+            listeners: self.listeners.clone(),
         }
     }
 }
@@ -291,6 +294,7 @@ impl MetadataImage {
                     ..endpoint
                 },
                 metrics_address: r.metrics_address.clone(),
+                listeners: r.listeners.clone(),
                 fenced: true,
             },
         );

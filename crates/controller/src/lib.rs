@@ -56,6 +56,7 @@
 //!         incarnation_id: vec![id as u8; 16].into(),
 //!         endpoint: Some(pb::BrokerEndpoint { node_id: id, host: "localhost".into(), port: 9090 + id, rack: String::new() }),
 //!         metrics_address: String::new(),
+//!         listeners: vec![],
 //!     };
 //!     let r = c.register_broker(&reg, t0);
 //!     let epoch = commit(&mut log, &mut c, r)?.broker_epoch;

@@ -83,7 +83,7 @@ impl TestCluster {
         id: i32,
         l: Box<dyn syncline_broker::net::Listener>,
     ) -> BrokerHandle {
-        syncline_broker::start_on(self.config(id), Arc::new(Tcp), l)
+        syncline_broker::start_on(self.config(id), Arc::new(Tcp), vec![l])
             .await
             .unwrap()
     }

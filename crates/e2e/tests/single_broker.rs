@@ -83,3 +83,66 @@ async fn list_offsets_and_unknown_api() {
         .unwrap();
     assert!(matches!(resp, Resp::Metadata(_)));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_get_the_endpoints_of_the_listener_they_connected_to() {
+    use std::sync::Arc;
+    use syncline_broker::net::{Network, Tcp};
+    init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let internal = Tcp.bind("127.0.0.1:0").await.unwrap();
+    let external = Tcp.bind("127.0.0.1:0").await.unwrap();
+    let (i, e) = (
+        internal.local_addr().unwrap(),
+        external.local_addr().unwrap(),
+    );
+    let text = format!(
+        "node_id = 1\nprocess_roles = \"broker,controller\"\ncontroller_quorum_voters = \"1@{i}\"\n\
+         listeners = \"INTERNAL://{i},EXTERNAL://{e}\"\n\
+         advertised_listeners = \"INTERNAL://{i},EXTERNAL://outside.example:{port}\"\n\
+         inter_broker_listener_name = \"INTERNAL\"\nlog_dirs = \"{}\"\n",
+        dir.path().display(),
+        port = e.port()
+    );
+    let config = syncline_broker::BrokerConfig::parse(&text).unwrap();
+    let broker = syncline_broker::start_on(config, Arc::new(Tcp), vec![internal, external])
+        .await
+        .unwrap();
+    let metadata = |addr: std::net::SocketAddr| async move {
+        let conn = syncline_client::Connection::connect(
+            &addr.to_string(),
+            "t",
+            std::time::Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+        syncline_e2e::wait_for(
+            "the broker to register",
+            std::time::Duration::from_secs(10),
+            || {
+                let conn = conn.clone();
+                async move {
+                    matches!(conn.send(Body::Metadata(pb::MetadataRequest::default())).await,
+                    Ok(Resp::Metadata(m)) if !m.brokers.is_empty())
+                }
+            },
+        )
+        .await;
+        let Ok(Resp::Metadata(m)) = conn
+            .send(Body::Metadata(pb::MetadataRequest::default()))
+            .await
+        else {
+            panic!("no metadata")
+        };
+        (m.brokers[0].host.clone(), m.brokers[0].port)
+    };
+    assert_eq!(
+        metadata(i).await,
+        ("127.0.0.1".to_string(), i32::from(i.port()))
+    );
+    assert_eq!(
+        metadata(e).await,
+        ("outside.example".to_string(), i32::from(e.port()))
+    );
+    broker.shutdown().await;
+}

@@ -13,6 +13,8 @@ use crate::records;
 /// incarnation id): they go into a metadata record, and a record the log refuses would
 /// stop the controller.
 const MAX_NAME_BYTES: usize = 255;
+/// Most listeners one broker may advertise.
+const MAX_LISTENERS: usize = 16;
 
 /// What a heartbeat moves a broker to (Kafka's `BrokerHeartbeatManager` states).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +81,19 @@ impl Controller {
                 )
             }
         };
+        let listener_ok = |l: &pb::ListenerEndpoint| {
+            (1..=MAX_NAME_BYTES).contains(&l.name.len())
+                && (1..=MAX_NAME_BYTES).contains(&l.host.len())
+                && (1..=65_535).contains(&l.port)
+        };
+        if req.listeners.len() > MAX_LISTENERS || !req.listeners.iter().all(listener_ok) {
+            return refuse(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "at most {MAX_LISTENERS} listeners, each with a name and host of                      1..={MAX_NAME_BYTES} bytes and a port in 1..=65535"
+                ),
+            );
+        }
         if req.metrics_address.len() > MAX_NAME_BYTES || req.incarnation_id.len() > MAX_NAME_BYTES {
             return refuse(
                 ErrorCode::InvalidRequest,
@@ -118,6 +133,7 @@ impl Controller {
                 ..endpoint.clone()
             }),
             metrics_address: req.metrics_address.clone(),
+            listeners: req.listeners.clone(),
         }));
         let records = draft.into_records();
         tracing::info!(broker_id = id, epoch, "registering broker");

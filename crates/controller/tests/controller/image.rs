@@ -19,6 +19,7 @@ fn register(broker_id: i32, broker_epoch: i64) -> Record {
             rack: String::new(),
         }),
         metrics_address: String::new(),
+        listeners: vec![],
     })
 }
 

@@ -81,6 +81,11 @@ impl Cluster {
                 rack: rack.to_owned(),
             }),
             metrics_address: format!("broker-{id}:9100"),
+            listeners: vec![pb::ListenerEndpoint {
+                name: "EXTERNAL".to_owned(),
+                host: "127.0.0.1".to_owned(),
+                port: 19_000 + id,
+            }],
         }
     }
 
