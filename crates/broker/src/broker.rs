@@ -275,6 +275,12 @@ impl BrokerHandle {
         for t in self.tasks {
             let _ = t.await;
         }
+        // Nothing may touch a log once it is closed: stop the fetchers and the
+        // controller first.
+        self.broker.fetchers.stop().await;
+        if let Some(c) = &self.broker.controller {
+            c.join().await;
+        }
         self.broker.rm.close_all();
         tracing::info!("broker stopped");
     }

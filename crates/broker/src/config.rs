@@ -195,6 +195,23 @@ pub struct BrokerConfig {
     pub broker_heartbeat_interval_ms: u64,
     pub controlled_shutdown_enable: bool,
     pub controlled_shutdown_timeout_ms: u64,
+    /// How a replica that becomes follower finds where its log agrees with the
+    /// leader's. Not a config-file key: only tests set it, to show what the old rule
+    /// loses.
+    pub truncation_rule: TruncationRule,
+}
+
+/// The follower truncation rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TruncationRule {
+    /// Ask the leader where our epochs end (KIP-101/279) and truncate there; fetch
+    /// with `last_fetched_epoch` so divergence is caught on fetch (KIP-595).
+    #[default]
+    LeaderEpoch,
+    /// The pre-KIP-101 rule: truncate to our own high watermark on becoming
+    /// follower. It loses committed records and lets replicas diverge (KIP-101's
+    /// scenarios); kept only so tests can show that it does.
+    HighWatermark,
 }
 
 fn in_range(
@@ -564,6 +581,7 @@ impl BrokerConfig {
                 0,
                 i32::MAX as i64,
             )? as u64,
+            truncation_rule: TruncationRule::LeaderEpoch,
         })
     }
 

@@ -59,6 +59,7 @@ enum Command {
 #[derive(Debug, Clone)]
 pub struct ControllerHandle {
     tx: mpsc::Sender<Command>,
+    task: Arc<parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>>,
 }
 
 impl std::fmt::Debug for Command {
@@ -74,6 +75,14 @@ impl std::fmt::Debug for Command {
 }
 
 impl ControllerHandle {
+    /// Waits for the event loop to finish (after its shutdown token fired).
+    pub async fn join(&self) {
+        let task = self.task.lock().take();
+        if let Some(t) = task {
+            let _ = t.await;
+        }
+    }
+
     async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Option<T> {
         let (tx, rx) = oneshot::channel();
         self.tx.send(make(tx)).await.ok()?;
@@ -132,18 +141,17 @@ pub fn start(
         "controller replayed the metadata log"
     );
     let (tx, rx) = mpsc::channel(QUEUE);
-    let handle = ControllerHandle { tx: tx.clone() };
     let mut host = Host {
         controller,
         log,
         senders: HashMap::new(),
         network,
         metrics,
-        commands: tx,
+        commands: tx.clone(),
         shutdown: shutdown.clone(),
     };
     let session = Duration::from_millis(config.broker_session_timeout_ms);
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         if let Err(e) = host.run(rx, session).await {
             tracing::error!(error = %e, "controller stopped: the metadata log cannot be written");
             fatal.cancel();
@@ -152,7 +160,10 @@ pub fn start(
             s.cancel.cancel();
         }
     });
-    Ok(handle)
+    Ok(ControllerHandle {
+        tx,
+        task: Arc::new(parking_lot::Mutex::new(Some(task))),
+    })
 }
 
 struct Host {
@@ -188,19 +199,29 @@ impl Host {
         for id in ids {
             self.ensure_sender(id, true);
         }
-        let mut tick = tokio::time::interval(
-            (session / 10).clamp(Duration::from_millis(10), Duration::from_millis(500)),
-        );
+        let every = (session / 10).clamp(Duration::from_millis(10), Duration::from_millis(500));
+        let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // A gap between ticks of half a session means this process did not run
+        // (SIGSTOP, a long pause, a starved runtime): the brokers' heartbeats waited
+        // unread meanwhile, and their silence is ours.
+        let stalled_after = (session / 2).max(every * 3);
+        let mut last_tick = Instant::now();
         loop {
             tokio::select! {
                 _ = self.shutdown.cancelled() => break,
                 _ = tick.tick() => {
-                    let r = self.controller.tick(Instant::now());
-                    let fenced = self.commit(r)?;
-                    for id in fenced {
-                        tracing::warn!(broker = id, session_timeout_ms = session.as_millis() as u64, "fenced broker: no heartbeat within the session timeout");
+                    let now = Instant::now();
+                    let gap = now.saturating_duration_since(last_tick);
+                    last_tick = now;
+                    if gap > stalled_after {
+                        tracing::warn!(stalled_ms = gap.as_millis() as u64, "the controller did not run for a while: every broker gets a new session");
+                        self.controller.restart_sessions(now);
                     }
+                    // Each fenced broker is logged once, by the controller's decision
+                    // ("broker session expired: fencing", with its silence).
+                    let r = self.controller.tick(now);
+                    self.commit(r)?;
                 }
                 cmd = rx.recv() => match cmd {
                     None => break,
@@ -269,6 +290,8 @@ impl Host {
             .set(image.offline_partitions_count() as i64);
         self.metrics
             .set_unclean_elections_total(image.unclean_elections_total());
+        self.metrics
+            .set_broker_counts(image.brokers().count(), image.fenced_brokers_count());
         Ok(result.response)
     }
 
@@ -362,7 +385,7 @@ impl Host {
                 broker_id,
                 broker_epoch: epoch,
                 address,
-                outbox: Mutex::new(VecDeque::new()),
+                outbox: Mutex::new(Outbox::default()),
                 notify: Notify::new(),
                 cancel: self.shutdown.child_token(),
             });
@@ -388,44 +411,63 @@ struct BrokerSender {
     broker_id: i32,
     broker_epoch: i64,
     address: String,
-    outbox: Mutex<VecDeque<pb::LeaderAndIsrRequest>>,
+    outbox: Mutex<Outbox>,
     notify: Notify,
     cancel: CancellationToken,
 }
 
+/// Requests waiting to be sent, each with a sequence number so that a request
+/// sent while the queue was replaced is not mistaken for its replacement.
+#[derive(Debug, Default)]
+struct Outbox {
+    queue: VecDeque<(u64, pb::LeaderAndIsrRequest)>,
+    next_seq: u64,
+}
+
 impl BrokerSender {
     fn push(&self, request: pb::LeaderAndIsrRequest) {
-        self.outbox.lock().push_back(request);
+        let mut outbox = self.outbox.lock();
+        let seq = outbox.next_seq;
+        outbox.next_seq += 1;
+        outbox.queue.push_back((seq, request));
+        drop(outbox);
         self.notify.notify_one();
     }
 
     /// A full image supersedes everything queued.
     fn replace_with(&self, request: pb::LeaderAndIsrRequest) {
-        let mut outbox = self.outbox.lock();
-        outbox.clear();
-        outbox.push_back(request);
-        drop(outbox);
-        self.notify.notify_one();
+        self.outbox.lock().queue.clear();
+        self.push(request);
     }
 
     async fn run(self: Arc<Self>, network: Arc<dyn Network>, commands: mpsc::Sender<Command>) {
         let mut conn: Option<Connection> = None;
         loop {
-            let next = self.outbox.lock().front().cloned();
-            let Some(request) = next else {
+            let next = self.outbox.lock().queue.front().cloned();
+            let Some((seq, request)) = next else {
                 tokio::select! {
                     _ = self.cancel.cancelled() => return,
                     _ = self.notify.notified() => continue,
                 }
             };
+            let (full, states) = (request.full, request.partition_states.len());
             match self.send(&network, &mut conn, request).await {
                 Ok(()) => {
-                    self.outbox.lock().pop_front();
+                    tracing::debug!(
+                        broker = self.broker_id,
+                        full,
+                        partitions = states,
+                        "LeaderAndIsr delivered"
+                    );
+                    let mut outbox = self.outbox.lock();
+                    if outbox.queue.front().is_some_and(|(s, _)| *s == seq) {
+                        outbox.queue.pop_front();
+                    }
                 }
                 Err(reason) => {
                     tracing::debug!(broker = self.broker_id, %reason, "LeaderAndIsr not delivered; will resend the whole image");
                     conn = None;
-                    self.outbox.lock().clear();
+                    self.outbox.lock().queue.clear();
                     tokio::select! {
                         _ = self.cancel.cancelled() => return,
                         _ = tokio::time::sleep(PUSH_BACKOFF) => {}

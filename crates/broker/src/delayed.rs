@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 use syncline_proto::{pb, ErrorCode};
 use syncline_purgatory::{Completion, DelayedOperation, OpHandle};
 
+use crate::metrics::BrokerMetrics;
 use crate::partition::{FetchReadiness, Partition, ProduceCheck};
 use crate::server::Responder;
 
@@ -132,6 +133,9 @@ pub struct DelayedFetch {
     /// The response with unresolved partitions' errors filled in.
     template: Mutex<Option<pb::FetchResponse>>,
     responder: Mutex<Option<Responder>>,
+    /// Counts the bytes the answer carries (`syncline_bytes_out_total`), as the
+    /// fetches answered at once are counted.
+    metrics: Arc<BrokerMetrics>,
 }
 
 impl DelayedFetch {
@@ -140,12 +144,14 @@ impl DelayedFetch {
         statuses: Vec<FetchPartitionStatus>,
         template: pb::FetchResponse,
         responder: Responder,
+        metrics: Arc<BrokerMetrics>,
     ) -> DelayedFetch {
         DelayedFetch {
             params,
             statuses,
             template: Mutex::new(Some(template)),
             responder: Mutex::new(Some(responder)),
+            metrics,
         }
     }
 }
@@ -175,7 +181,8 @@ impl DelayedOperation for DelayedFetch {
         if how == Completion::Cancelled {
             return;
         }
-        read_partitions(&self.params, &self.statuses, &mut response);
+        let read = read_partitions(&self.params, &self.statuses, &mut response);
+        self.metrics.bytes_out(read);
         responder.send(pb::response::Body::Fetch(response));
     }
 }

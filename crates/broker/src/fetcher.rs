@@ -18,7 +18,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::BrokerConfig;
+use crate::config::{BrokerConfig, TruncationRule};
 use crate::metadata_cache::MetadataCache;
 use crate::metrics::BrokerMetrics;
 use crate::net::Network;
@@ -63,6 +63,9 @@ pub struct FetcherManager {
     broker_epoch: Arc<AtomicI64>,
     metrics: Arc<BrokerMetrics>,
     fetchers: Mutex<HashMap<(i32, usize), Arc<Fetcher>>>,
+    /// Every fetcher task ever started (finished ones are pruned), so shutdown can
+    /// wait for them: a fetcher must not touch a log after it is closed.
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     shutdown: CancellationToken,
 }
 
@@ -88,8 +91,22 @@ impl FetcherManager {
             broker_epoch,
             metrics,
             fetchers: Mutex::new(HashMap::new()),
+            tasks: Mutex::new(Vec::new()),
             shutdown,
         }
+    }
+
+    /// Stops every fetcher and waits until none runs.
+    pub async fn stop(&self) {
+        self.shutdown.cancel();
+        let tasks = std::mem::take(&mut *self.tasks.lock());
+        for t in &tasks {
+            t.abort();
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+        self.fetchers.lock().clear();
     }
 
     fn fetcher_index(&self, tp: &TopicPartition) -> usize {
@@ -123,7 +140,9 @@ impl FetcherManager {
                 key,
                 connection: None,
             };
-            tokio::spawn(task.run());
+            let mut tasks = self.tasks.lock();
+            tasks.retain(|t| !t.is_finished());
+            tasks.push(tokio::spawn(task.run()));
             f
         });
         fetcher.partitions.lock().insert(
@@ -131,7 +150,11 @@ impl FetcherManager {
             FetchState {
                 partition,
                 leader_epoch,
-                phase: Phase::Truncating,
+                phase: match self.config.truncation_rule {
+                    TruncationRule::LeaderEpoch => Phase::Truncating,
+                    // Truncated to the high watermark already, when the role changed.
+                    TruncationRule::HighWatermark => Phase::Fetching,
+                },
                 backoff_until: None,
                 lag: 0,
             },
@@ -387,10 +410,17 @@ impl FetcherTask {
         match p.truncate_to(decision.offset, r.leader_epoch) {
             Ok(new_leo) => {
                 if new_leo < leo {
+                    // The one event per truncation (the partition logs it at debug).
+                    let reason = if asked_epoch.is_some() {
+                        "OffsetsForLeaderEpoch"
+                    } else {
+                        "diverging epoch in a fetch response"
+                    };
                     tracing::info!(
-                        topic = %r.tp.topic, partition = r.tp.partition, asked_epoch = ?asked_epoch,
-                        leader_epoch = leader_end.epoch, leader_end_offset = leader_end.end_offset,
-                        from = leo, to = new_leo, "truncation"
+                        topic = %r.tp.topic, partition = r.tp.partition, reason, asked_epoch = ?asked_epoch,
+                        leader = self.fetcher.leader_id, leader_epoch = leader_end.epoch,
+                        leader_end_offset = leader_end.end_offset, high_watermark = p.high_watermark(),
+                        from = leo, to = new_leo, truncated_offsets = leo - new_leo, "truncation"
                     );
                 }
                 let phase = if decision.complete {
@@ -445,7 +475,8 @@ impl FetcherTask {
                     partition: r.tp.partition,
                     current_leader_epoch: Some(r.leader_epoch),
                     fetch_offset: leo,
-                    last_fetched_epoch: latest_epoch,
+                    last_fetched_epoch: latest_epoch
+                        .filter(|_| config.truncation_rule == TruncationRule::LeaderEpoch),
                     log_start_offset: log_start,
                     partition_max_bytes: config.replica_fetch_max_bytes as i32,
                 });

@@ -68,6 +68,8 @@ pub struct BrokerMetrics {
     pub leader_count: Gauge,
     pub partition_count: Gauge,
     pub offline_partitions_count: Gauge,
+    fenced_broker_count: Gauge,
+    active_broker_count: Gauge,
     unclean_leader_elections: Counter,
     unclean_seen: AtomicU64,
     pub active_controller: Gauge,
@@ -142,6 +144,16 @@ impl BrokerMetrics {
             &mut registry,
             "offline_partitions_count",
             "Partitions without a leader (reported by the active controller)",
+        );
+        let fenced_broker_count = gauge(
+            &mut registry,
+            "fenced_broker_count",
+            "Registered brokers that are fenced (reported by the active controller)",
+        );
+        let active_broker_count = gauge(
+            &mut registry,
+            "active_broker_count",
+            "Registered brokers that are not fenced (reported by the active controller)",
         );
         let unclean_leader_elections = Counter::default();
         registry.register(
@@ -229,6 +241,8 @@ impl BrokerMetrics {
             leader_count,
             partition_count,
             offline_partitions_count,
+            fenced_broker_count,
+            active_broker_count,
             unclean_leader_elections,
             unclean_seen: AtomicU64::new(0),
             active_controller,
@@ -300,6 +314,13 @@ impl BrokerMetrics {
                 operation: "produce",
             })
             .set(produce as i64);
+    }
+
+    /// The controller's count of registered brokers, fenced or not.
+    pub fn set_broker_counts(&self, registered: usize, fenced: usize) {
+        self.fenced_broker_count.set(fenced as i64);
+        self.active_broker_count
+            .set(registered.saturating_sub(fenced) as i64);
     }
 
     /// Brings the unclean-elections counter up to the controller's running total.

@@ -13,7 +13,7 @@ use syncline_purgatory::{Purgatory, Watched};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::config::BrokerConfig;
+use crate::config::{BrokerConfig, TruncationRule};
 use crate::delayed::{
     read_partitions, DelayedFetch, DelayedProduce, FetchParams, FetchPartitionStatus, PendingOp,
     ProducePartitionStatus,
@@ -333,7 +333,13 @@ impl ReplicaManager {
         }
         let keys: Vec<TopicPartition> = statuses.iter().map(|s| s.partition.tp.clone()).collect();
         let conn = responder.connection().clone();
-        let op = Arc::new(DelayedFetch::new(params, statuses, template, responder));
+        let op = Arc::new(DelayedFetch::new(
+            params,
+            statuses,
+            template,
+            responder,
+            self.metrics.clone(),
+        ));
         if let Watched::Waiting(handle) = self
             .fetch_purgatory
             .try_complete_else_watch(op, max_wait, &keys)
@@ -589,6 +595,13 @@ impl ReplicaManager {
             return refuse(ErrorCode::StaleBrokerEpoch);
         }
         let applied = self.metadata.apply(req);
+        tracing::debug!(
+            full = req.full,
+            announced = req.partition_states.len(),
+            changed = applied.partitions.len(),
+            metadata_offset = req.metadata_offset,
+            "applying LeaderAndIsr"
+        );
         let now = Instant::now();
         let mut partition_errors = Vec::new();
         let mut touched: Vec<(String, i32)> = Vec::new();
@@ -615,6 +628,13 @@ impl ReplicaManager {
                     self.fetchers.remove_partition(&partition.tp);
                 }
                 RoleChange::BecameFollower => {
+                    if self.config.truncation_rule == TruncationRule::HighWatermark {
+                        // The legacy rule, as Kafka's makeFollowers did before KIP-101.
+                        let hw = partition.high_watermark();
+                        if let Err(code) = partition.truncate_to(hw, ps.leader_epoch) {
+                            tracing::warn!(partition = %partition.tp, error = %code, "truncation to the high watermark failed");
+                        }
+                    }
                     self.fetchers
                         .add_partition(partition.clone(), ps.leader, ps.leader_epoch);
                 }

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use syncline_broker::config::TruncationRule;
 use syncline_broker::net::{Network, Tcp};
+use syncline_broker::partition::Partition;
 use syncline_broker::{BrokerConfig, BrokerHandle};
 use syncline_client::Connection;
 use syncline_proto::batch::BatchBuilder;
@@ -19,6 +21,16 @@ pub struct TestCluster {
     pub brokers: Vec<Option<BrokerHandle>>,
     pub addrs: Vec<String>,
     extra: String,
+    options: Options,
+}
+
+/// How to build an in-process cluster beyond its TOML.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Route broker-to-broker traffic through a fault-injecting network.
+    pub faults: Option<Arc<crate::faults::Faults>>,
+    /// The follower truncation rule (tests compare the legacy one).
+    pub truncation_rule: TruncationRule,
 }
 
 fn config_text(
@@ -44,13 +56,22 @@ impl TestCluster {
     /// Starts `n` brokers (broker 1 hosts the controller) with `extra` TOML lines in
     /// every config, and waits until all are registered and unfenced.
     pub async fn start(n: usize, extra: &str) -> TestCluster {
+        Self::start_with(n, extra, Options::default()).await
+    }
+
+    /// As [`TestCluster::start`], with [`Options`].
+    pub async fn start_with(n: usize, extra: &str, options: Options) -> TestCluster {
         init_tracing();
         let dir = tempfile::tempdir().unwrap();
         let mut listeners = Vec::new();
         let mut addrs = Vec::new();
-        for _ in 0..n {
+        for i in 0..n {
             let l = Tcp.bind("127.0.0.1:0").await.unwrap();
-            addrs.push(l.local_addr().unwrap().to_string());
+            let addr = l.local_addr().unwrap().to_string();
+            if let Some(f) = &options.faults {
+                f.register(i as i32 + 1, &addr);
+            }
+            addrs.push(addr);
             listeners.push(l);
         }
         let mut cluster = TestCluster {
@@ -58,6 +79,7 @@ impl TestCluster {
             brokers: Vec::new(),
             addrs,
             extra: extra.to_string(),
+            options,
         };
         for (i, l) in listeners.into_iter().enumerate() {
             let h = cluster.start_broker_on((i + 1) as i32, l).await;
@@ -75,7 +97,9 @@ impl TestCluster {
             self.dir.path(),
             &self.extra,
         );
-        BrokerConfig::parse(&text).unwrap()
+        let mut config = BrokerConfig::parse(&text).unwrap();
+        config.truncation_rule = self.options.truncation_rule;
+        config
     }
 
     async fn start_broker_on(
@@ -83,7 +107,11 @@ impl TestCluster {
         id: i32,
         l: Box<dyn syncline_broker::net::Listener>,
     ) -> BrokerHandle {
-        syncline_broker::start_on(self.config(id), Arc::new(Tcp), vec![l])
+        let network: Arc<dyn Network> = match &self.options.faults {
+            Some(f) => f.network(id),
+            None => Arc::new(Tcp),
+        };
+        syncline_broker::start_on(self.config(id), network, vec![l])
             .await
             .unwrap()
     }
@@ -98,6 +126,15 @@ impl TestCluster {
     /// Restarts broker `id` on its old address.
     pub async fn restart(&mut self, id: i32) {
         self.stop(id).await;
+        self.start_stopped(id).await;
+    }
+
+    /// Starts broker `id` again after [`TestCluster::stop`].
+    pub async fn start_stopped(&mut self, id: i32) {
+        assert!(
+            self.brokers[id as usize - 1].is_none(),
+            "broker {id} is running"
+        );
         let addr = self.addrs[id as usize - 1].clone();
         let deadline = Instant::now() + Duration::from_secs(10);
         let l = loop {
@@ -112,6 +149,29 @@ impl TestCluster {
         };
         let h = self.start_broker_on(id, l).await;
         self.brokers[id as usize - 1] = Some(h);
+    }
+
+    /// Broker `id`'s log directory.
+    pub fn log_dir(&self, id: i32) -> std::path::PathBuf {
+        self.dir.path().join(format!("broker-{id}"))
+    }
+
+    /// Broker `id`'s replica of a partition, if the broker runs and has it yet.
+    pub fn try_replica(&self, id: i32, topic: &str, partition: i32) -> Option<Arc<Partition>> {
+        self.brokers[id as usize - 1]
+            .as_ref()?
+            .broker()
+            .replica_manager()
+            .partition(topic, partition)
+    }
+
+    /// Broker `id`'s replica of a partition.
+    pub fn replica(&self, id: i32, topic: &str, partition: i32) -> Arc<Partition> {
+        self.broker(id)
+            .broker()
+            .replica_manager()
+            .partition(topic, partition)
+            .unwrap_or_else(|| panic!("broker {id} hosts no replica of {topic}-{partition}"))
     }
 
     pub fn broker(&self, id: i32) -> &BrokerHandle {

@@ -119,7 +119,7 @@ impl LeaderState {
                 last_fetch: None,
             })
             .collect();
-        let state = LeaderState {
+        let mut state = LeaderState {
             local_id: p.local_id,
             local_broker_epoch: p.local_broker_epoch,
             leader_epoch: p.leader_epoch,
@@ -133,6 +133,9 @@ impl LeaderState {
             min_insync_replicas: p.min_insync_replicas.max(1),
             lag_time_max: p.lag_time_max,
         };
+        // An ISR of one (or of followers known to be caught up) commits at once: a
+        // new sole leader must not hide its own records behind a stale HW.
+        state.maybe_advance_high_watermark(p.log_end_offset);
         state.check_invariants(p.log_end_offset);
         state
     }
@@ -536,6 +539,16 @@ mod tests {
         let mut s = leader(&[1, 2], 50, 40, 1, t0);
         assert!(!s.on_leader_append(60));
         assert_eq!(s.high_watermark(), 40);
+    }
+
+    #[test]
+    fn sole_leader_commits_its_log_when_it_takes_office() {
+        let t0 = Instant::now();
+        let s = leader(&[1], 10, 4, 1, t0);
+        assert_eq!(s.high_watermark(), 10);
+        // With followers in the ISR, their LEOs are unknown: HW waits for them.
+        let s = leader(&[1, 2], 10, 4, 1, t0);
+        assert_eq!(s.high_watermark(), 4);
     }
 
     #[test]

@@ -273,8 +273,9 @@ impl Partition {
     ) -> Result<LeaderAppend, ErrorCode> {
         let mut st = self.state.lock();
         let epoch = st.leader_epoch;
-        let leader = st.leader.as_mut().ok_or(ErrorCode::NotLeaderOrFollower)?;
+        // The client's epoch first (KIP-320): a stale client learns it is stale.
         check_epoch(epoch, client_epoch)?;
+        let leader = st.leader.as_mut().ok_or(ErrorCode::NotLeaderOrFollower)?;
         if acks == syncline_proto::ACKS_ALL {
             if let Err(isr_size) = leader.check_enough_replicas() {
                 tracing::debug!(
@@ -349,8 +350,8 @@ impl Partition {
     ) -> Result<ReadResult, ErrorCode> {
         let hw = {
             let st = self.state.lock();
-            let leader = st.leader.as_ref().ok_or(ErrorCode::NotLeaderOrFollower)?;
             check_epoch(st.leader_epoch, client_epoch)?;
+            let leader = st.leader.as_ref().ok_or(ErrorCode::NotLeaderOrFollower)?;
             leader.high_watermark()
         };
         let log = self.log.read();
@@ -387,8 +388,8 @@ impl Partition {
     ) -> Result<ReadResult, ErrorCode> {
         let hw = {
             let st = self.state.lock();
-            let leader = st.leader.as_ref().ok_or(ErrorCode::NotLeaderOrFollower)?;
             check_epoch(st.leader_epoch, client_epoch)?;
+            let leader = st.leader.as_ref().ok_or(ErrorCode::NotLeaderOrFollower)?;
             if !leader.replicas().contains(&follower_id) {
                 return Err(ErrorCode::NotLeaderOrFollower);
             }
@@ -490,10 +491,10 @@ impl Partition {
         require_leader: bool,
     ) -> Result<(i32, i64), ErrorCode> {
         let st = self.state.lock();
+        check_epoch(st.leader_epoch, client_epoch)?;
         if require_leader && st.leader.is_none() {
             return Err(ErrorCode::NotLeaderOrFollower);
         }
-        check_epoch(st.leader_epoch, client_epoch)?;
         let log = self.log.read();
         Ok(log.end_offset_for_epoch(epoch).unwrap_or((-1, -1)))
     }
@@ -506,8 +507,8 @@ impl Partition {
         from_replica: bool,
     ) -> Result<(i64, i32), ErrorCode> {
         let st = self.state.lock();
-        let leader = st.leader.as_ref().ok_or(ErrorCode::NotLeaderOrFollower)?;
         check_epoch(st.leader_epoch, client_epoch)?;
+        let leader = st.leader.as_ref().ok_or(ErrorCode::NotLeaderOrFollower)?;
         let offset = match timestamp {
             syncline_proto::EARLIEST_TIMESTAMP => self.log.read().log_start_offset(),
             syncline_proto::LATEST_TIMESTAMP if from_replica => self.log_end_offset(),
@@ -736,7 +737,8 @@ impl Partition {
         let before = log.log_end_offset();
         if offset < before {
             log.truncate_to(offset).map_err(storage)?;
-            tracing::info!(
+            // The fetcher logs the truncation with its reason, at info.
+            tracing::debug!(
                 partition = %self.tp, from = before, to = log.log_end_offset(),
                 "truncated log"
             );
@@ -763,7 +765,12 @@ impl Partition {
         }
         let mut log = self.log.write();
         log.truncate_fully_and_start_at(offset).map_err(storage)?;
-        tracing::info!(partition = %self.tp, offset, "log emptied to restart at the leader's log start");
+        // The atomic still holds the LEO from before the truncation.
+        tracing::info!(
+            topic = %self.tp.topic, partition = self.tp.partition,
+            reason = "fetch offset below the leader's log start", from = self.log_end_offset(),
+            to = offset, leader_epoch, "truncation: log emptied to restart at the leader's log start"
+        );
         drop(log);
         self.log_end_offset.store(offset, Ordering::Release);
         st.follower_high_watermark = offset;
