@@ -6,6 +6,7 @@
 //! executable (`target/<profile>/`): `scripts/test.sh` builds them first.
 
 pub mod client;
+pub mod faults;
 pub mod inprocess;
 
 use std::net::TcpListener;
