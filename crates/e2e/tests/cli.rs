@@ -1,0 +1,195 @@
+//! The CLI against a real broker process, the way a user runs it.
+
+use std::time::Duration;
+
+use syncline_e2e::{wait_for, Cluster};
+
+fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_records_round_trip_and_survive_sigkill() {
+    let mut cluster = Cluster::start(1, "").await;
+    let out = cluster.cli(
+        &[
+            "topic",
+            "create",
+            "lines",
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "1",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let input: String = (0..10_000)
+        .map(|i| format!("line {i} {}\n", "x".repeat(i % 50)))
+        .collect();
+    let out = cluster.cli(
+        &["produce", "lines", "--acks", "all"],
+        Some(input.as_bytes()),
+    );
+    assert!(out.status.success(), "produce failed: {}", stderr(&out));
+    let consume = |cluster: &Cluster| {
+        cluster.cli(
+            &[
+                "consume",
+                "lines",
+                "--from-beginning",
+                "--max-messages",
+                "10000",
+                "--timeout-ms",
+                "20000",
+            ],
+            None,
+        )
+    };
+    let out = consume(&cluster);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out) == input,
+        "consumed values differ from the produced lines"
+    );
+
+    // SIGKILL and restart: the same records are read again (they were in the page
+    // cache; a process crash loses nothing the kernel has).
+    cluster.kill(1);
+    cluster.restart(1);
+    wait_for(
+        "the broker to serve again",
+        Duration::from_secs(30),
+        || async {
+            cluster
+                .partition(1, "lines", 0)
+                .await
+                .is_ok_and(|p| p.leader_id == 1)
+        },
+    )
+    .await;
+    let out = consume(&cluster);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out) == input,
+        "records differ after SIGKILL and restart"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_names_errors_and_fixes() {
+    let cluster = Cluster::start(1, "").await;
+    // A replication factor larger than the cluster.
+    let out = cluster.cli(
+        &[
+            "topic",
+            "create",
+            "t",
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "3",
+        ],
+        None,
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("INVALID_REPLICATION_FACTOR"),
+        "{}",
+        stderr(&out)
+    );
+    // A malformed topic config.
+    let out = cluster.cli(
+        &[
+            "topic",
+            "create",
+            "t",
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "1",
+            "--config",
+            "min.insync.replicas",
+        ],
+        None,
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("expected KEY=VALUE"),
+        "{}",
+        stderr(&out)
+    );
+    // An unknown topic.
+    let out = cluster.cli(&["topic", "describe", "nope"], None);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("nope"), "{}", stderr(&out));
+    // No broker there at all: the message says what to do.
+    let out = syncline_e2e::cli_with(
+        &format!("127.0.0.1:{}", syncline_e2e::free_port()),
+        &["topic", "list"],
+        None,
+    );
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("cluster.sh up"), "{}", stderr(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn produce_warns_when_fewer_replicas_than_the_replication_factor_acknowledged() {
+    let mut cluster = Cluster::start(3, "replica_lag_time_max_ms = 1000\n").await;
+    let out = cluster.cli(
+        &[
+            "topic",
+            "create",
+            "w",
+            "--partitions",
+            "3",
+            "--replication-factor",
+            "3",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    // A partition broker 1 (the controller) leads; pause one of its followers.
+    let mut partition = None;
+    for p in 0..3 {
+        if cluster.partition(1, "w", p).await.unwrap().leader_id == 1 {
+            partition = Some(p);
+        }
+    }
+    let p = partition.expect("broker 1 leads a partition").to_string();
+    let out = cluster.cli(
+        &["produce", "w", "--partition", &p, "--acks", "all"],
+        Some(b"a\nb\n"),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    cluster.pause(2);
+    let pn: i32 = p.parse().unwrap();
+    wait_for("the ISR to shrink", Duration::from_secs(20), || async {
+        // Keep writing so the paused follower falls behind.
+        let _ = cluster.cli(
+            &["produce", "w", "--partition", &p, "--acks", "1"],
+            Some(b"filler\n"),
+        );
+        cluster
+            .describe_partition("w", pn)
+            .await
+            .is_ok_and(|d| d.isr.len() == 2)
+    })
+    .await;
+    let out = cluster.cli(
+        &["produce", "w", "--partition", &p, "--acks", "all"],
+        Some(b"c\nd\n"),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("warning") && err.contains("replication factor 3"),
+        "{err}"
+    );
+    cluster.resume(2);
+}
