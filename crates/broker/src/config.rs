@@ -147,6 +147,7 @@ struct RawConfig {
     replica_fetch_response_max_bytes: Option<i64>,
     replica_fetch_backoff_ms: Option<i64>,
     num_replica_fetchers: Option<i64>,
+    max_incremental_fetch_session_cache_slots: Option<i64>,
     replica_high_watermark_checkpoint_interval_ms: Option<i64>,
     unclean_leader_election_enable: Option<bool>,
     broker_session_timeout_ms: Option<i64>,
@@ -189,6 +190,8 @@ pub struct BrokerConfig {
     pub replica_fetch_response_max_bytes: u32,
     pub replica_fetch_backoff_ms: u64,
     pub num_replica_fetchers: usize,
+    /// Incremental fetch sessions (KIP-227) the broker keeps; 0 declines them.
+    pub max_incremental_fetch_session_cache_slots: usize,
     pub replica_high_watermark_checkpoint_interval_ms: u64,
     pub unclean_leader_election_enable: bool,
     pub broker_session_timeout_ms: u64,
@@ -556,6 +559,13 @@ impl BrokerConfig {
                 0,
                 i32::MAX as i64,
             )? as u64,
+            max_incremental_fetch_session_cache_slots: in_range(
+                "max_incremental_fetch_session_cache_slots",
+                raw.max_incremental_fetch_session_cache_slots,
+                1000,
+                0,
+                1_000_000,
+            )? as usize,
             num_replica_fetchers: in_range(
                 "num_replica_fetchers",
                 raw.num_replica_fetchers,

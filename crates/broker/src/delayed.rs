@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 use syncline_proto::{pb, ErrorCode};
 use syncline_purgatory::{Completion, DelayedOperation, OpHandle};
 
+use crate::fetch_session::{FetchSessionCache, SessionContext};
 use crate::metrics::BrokerMetrics;
 use crate::partition::{FetchReadiness, Partition, ProduceCheck};
 use crate::server::Responder;
@@ -136,6 +137,8 @@ pub struct DelayedFetch {
     /// Counts the bytes the answer carries (`syncline_bytes_out_total`), as the
     /// fetches answered at once are counted.
     metrics: Arc<BrokerMetrics>,
+    /// The fetch session the answer belongs to (trims incremental answers).
+    session: (Arc<FetchSessionCache>, SessionContext),
 }
 
 impl DelayedFetch {
@@ -145,6 +148,7 @@ impl DelayedFetch {
         template: pb::FetchResponse,
         responder: Responder,
         metrics: Arc<BrokerMetrics>,
+        session: (Arc<FetchSessionCache>, SessionContext),
     ) -> DelayedFetch {
         DelayedFetch {
             params,
@@ -152,6 +156,7 @@ impl DelayedFetch {
             template: Mutex::new(Some(template)),
             responder: Mutex::new(Some(responder)),
             metrics,
+            session,
         }
     }
 }
@@ -183,6 +188,7 @@ impl DelayedOperation for DelayedFetch {
         }
         let read = read_partitions(&self.params, &self.statuses, &mut response);
         self.metrics.bytes_out(read);
+        self.session.0.finish(self.session.1, &mut response);
         responder.send(pb::response::Body::Fetch(response));
     }
 }

@@ -139,6 +139,7 @@ impl FetcherManager {
                 fetcher: f.clone(),
                 key,
                 connection: None,
+                session: FetchSessionBuilder::default(),
             };
             let mut tasks = self.tasks.lock();
             tasks.retain(|t| !t.is_finished());
@@ -198,6 +199,81 @@ struct FetcherTask {
     fetcher: Arc<Fetcher>,
     key: (i32, usize),
     connection: Option<Connection>,
+    session: FetchSessionBuilder,
+}
+
+/// The follower's half of an incremental fetch session (KIP-227): remembers what
+/// the leader's session holds, and sends only what changed.
+#[derive(Debug, Default)]
+struct FetchSessionBuilder {
+    /// 0: no session; the next fetch is a full one asking for a session.
+    id: i32,
+    next_epoch: i32,
+    /// The partitions (and positions) the leader's session holds.
+    sent: HashMap<TopicPartition, pb::FetchPartition>,
+    /// What the request in flight would make `sent`.
+    in_flight: HashMap<TopicPartition, pb::FetchPartition>,
+}
+
+type SessionRequest = (i32, i32, Vec<pb::FetchTopic>, Vec<pb::ForgottenTopic>);
+
+impl FetchSessionBuilder {
+    /// The request's session fields and partitions for fetching `wanted`.
+    fn build(&mut self, wanted: HashMap<TopicPartition, pb::FetchPartition>) -> SessionRequest {
+        let full = self.id == 0;
+        let mut topics: Vec<pb::FetchTopic> = Vec::new();
+        let mut add = |tp: &TopicPartition, p: &pb::FetchPartition| match topics
+            .iter_mut()
+            .find(|t| *t.topic == *tp.topic)
+        {
+            Some(t) => t.partitions.push(p.clone()),
+            None => topics.push(pb::FetchTopic {
+                topic: tp.topic.to_string(),
+                partitions: vec![p.clone()],
+            }),
+        };
+        let mut forgotten: Vec<pb::ForgottenTopic> = Vec::new();
+        for (tp, p) in &wanted {
+            if full || self.sent.get(tp) != Some(p) {
+                add(tp, p);
+            }
+        }
+        if !full {
+            for tp in self.sent.keys().filter(|tp| !wanted.contains_key(*tp)) {
+                match forgotten.iter_mut().find(|f| *f.topic == *tp.topic) {
+                    Some(f) => f.partitions.push(tp.partition),
+                    None => forgotten.push(pb::ForgottenTopic {
+                        topic: tp.topic.to_string(),
+                        partitions: vec![tp.partition],
+                    }),
+                }
+            }
+        }
+        self.in_flight = wanted;
+        let epoch = if full {
+            crate::fetch_session::INITIAL_EPOCH
+        } else {
+            self.next_epoch
+        };
+        (self.id, epoch, topics, forgotten)
+    }
+
+    /// The fetch was answered without a request-level error.
+    fn on_response(&mut self, session_id: i32) {
+        if self.id == 0 {
+            // 0: the leader declined; keep sending full fetches.
+            self.id = session_id;
+            self.next_epoch = 1;
+        } else {
+            self.next_epoch = self.next_epoch.checked_add(1).unwrap_or(1);
+        }
+        self.sent = std::mem::take(&mut self.in_flight);
+    }
+
+    /// Start over with a full fetch (error, lost connection).
+    fn reset(&mut self) {
+        *self = FetchSessionBuilder::default();
+    }
 }
 
 /// A snapshot of one partition for one round.
@@ -290,6 +366,8 @@ impl FetcherTask {
         match tokio::time::timeout(Duration::from_secs(10), connect).await {
             Ok(Ok(stream)) => {
                 let client_id = format!("replica-fetcher-{}-{}", self.config().node_id, leader);
+                // A new connection starts a new fetch session.
+                self.session.reset();
                 let c = Connection::from_stream(
                     stream,
                     &addr,
@@ -448,6 +526,7 @@ impl FetcherTask {
             Ok(Err(e)) => {
                 tracing::debug!(leader = self.fetcher.leader_id, error = %e, "request to leader failed");
                 self.connection = None;
+                self.session.reset();
                 None
             }
             Err(_) => {
@@ -456,6 +535,7 @@ impl FetcherTask {
                     "request to leader timed out"
                 );
                 self.connection = None;
+                self.session.reset();
                 None
             }
         }
@@ -463,15 +543,14 @@ impl FetcherTask {
 
     async fn fetch(&mut self, conn: &Connection, rounds: Vec<Round>) {
         let config = self.manager.config.clone();
-        let mut by_topic: HashMap<Arc<str>, Vec<pb::FetchPartition>> = HashMap::new();
+        let mut wanted = HashMap::with_capacity(rounds.len());
         let mut offsets = HashMap::new();
         for r in &rounds {
             let (leo, latest_epoch, log_start) = r.partition.follower_fetch_position();
             offsets.insert(r.tp.clone(), leo);
-            by_topic
-                .entry(r.tp.topic.clone())
-                .or_default()
-                .push(pb::FetchPartition {
+            wanted.insert(
+                r.tp.clone(),
+                pb::FetchPartition {
                     partition: r.tp.partition,
                     current_leader_epoch: Some(r.leader_epoch),
                     fetch_offset: leo,
@@ -479,8 +558,10 @@ impl FetcherTask {
                         .filter(|_| config.truncation_rule == TruncationRule::LeaderEpoch),
                     log_start_offset: log_start,
                     partition_max_bytes: config.replica_fetch_max_bytes as i32,
-                });
+                },
+            );
         }
+        let (session_id, session_epoch, topics, forgotten) = self.session.build(wanted);
         let req = pb::FetchRequest {
             replica_id: config.node_id,
             replica_epoch: self.manager.broker_epoch.load(Ordering::Acquire),
@@ -488,15 +569,10 @@ impl FetcherTask {
             min_bytes: config.replica_fetch_min_bytes as i32,
             max_bytes: config.replica_fetch_response_max_bytes as i32,
             isolation_level: pb::IsolationLevel::ReadUncommitted as i32,
-            session_id: 0,
-            session_epoch: -1,
-            topics: by_topic
-                .into_iter()
-                .map(|(topic, partitions)| pb::FetchTopic {
-                    topic: topic.to_string(),
-                    partitions,
-                })
-                .collect(),
+            session_id,
+            session_epoch,
+            topics,
+            forgotten_topics_data: forgotten,
             ..Default::default()
         };
         self.manager.metrics.fetcher_request(self.fetcher.leader_id);
@@ -507,6 +583,7 @@ impl FetcherTask {
         {
             Some(pb::response::Body::Fetch(r)) => r,
             _ => {
+                self.session.reset();
                 for r in &rounds {
                     self.back_off(r);
                 }
@@ -514,11 +591,20 @@ impl FetcherTask {
             }
         };
         if response.error_code != ErrorCode::None as i32 {
-            for r in &rounds {
-                self.back_off(r);
+            // A lost or expired session: the next fetch starts a new one at once.
+            let session_error = matches!(
+                ErrorCode::from_wire(response.error_code),
+                ErrorCode::FetchSessionIdNotFound | ErrorCode::InvalidFetchSessionEpoch
+            );
+            self.session.reset();
+            if !session_error {
+                for r in &rounds {
+                    self.back_off(r);
+                }
             }
             return;
         }
+        self.session.on_response(response.session_id);
         let mut by_tp: HashMap<(String, i32), pb::PartitionData> = HashMap::new();
         for t in response.responses {
             for p in t.partitions {
@@ -627,5 +713,58 @@ impl FetcherTask {
         } else {
             self.update(r, |s| s.phase = Phase::Truncating);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(partition: i32, offset: i64) -> (TopicPartition, pb::FetchPartition) {
+        (
+            TopicPartition::new("t", partition),
+            pb::FetchPartition {
+                partition,
+                fetch_offset: offset,
+                ..Default::default()
+            },
+        )
+    }
+
+    fn sent_partitions(topics: &[pb::FetchTopic]) -> Vec<(i32, i64)> {
+        let mut v: Vec<(i32, i64)> = topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| (p.partition, p.fetch_offset)))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn session_builder_sends_everything_then_only_changes() {
+        let mut b = FetchSessionBuilder::default();
+        let (id, epoch, topics, forgotten) = b.build([p(0, 5), p(1, 7)].into_iter().collect());
+        assert_eq!((id, epoch), (0, 0));
+        assert_eq!(sent_partitions(&topics), vec![(0, 5), (1, 7)]);
+        assert!(forgotten.is_empty());
+        b.on_response(42);
+        // Partition 0 advanced, partition 1 did not: only 0 is sent.
+        let (id, epoch, topics, _) = b.build([p(0, 9), p(1, 7)].into_iter().collect());
+        assert_eq!((id, epoch), (42, 1));
+        assert_eq!(sent_partitions(&topics), vec![(0, 9)]);
+        b.on_response(42);
+        // Partition 1 leaves the fetcher: forgotten.
+        let (_, epoch, topics, forgotten) = b.build([p(0, 9)].into_iter().collect());
+        assert_eq!(epoch, 2);
+        assert!(topics.is_empty());
+        assert_eq!(forgotten[0].partitions, vec![1]);
+        // After an error, a full fetch again.
+        b.reset();
+        let (id, epoch, topics, _) = b.build([p(0, 9)].into_iter().collect());
+        assert_eq!((id, epoch, sent_partitions(&topics)), (0, 0, vec![(0, 9)]));
+        // A declined session keeps full fetches.
+        b.on_response(0);
+        let (id, epoch, topics, _) = b.build([p(0, 9)].into_iter().collect());
+        assert_eq!((id, epoch, sent_partitions(&topics)), (0, 0, vec![(0, 9)]));
     }
 }

@@ -27,6 +27,7 @@ pub mod config;
 pub mod controller_client;
 pub mod controller_host;
 pub mod delayed;
+pub mod fetch_session;
 pub mod fetcher;
 pub mod http;
 pub mod metadata_cache;

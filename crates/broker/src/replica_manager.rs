@@ -18,6 +18,7 @@ use crate::delayed::{
     read_partitions, DelayedFetch, DelayedProduce, FetchParams, FetchPartitionStatus, PendingOp,
     ProducePartitionStatus,
 };
+use crate::fetch_session::FetchSessionCache;
 use crate::fetcher::FetcherManager;
 use crate::metadata_cache::MetadataCache;
 use crate::metrics::BrokerMetrics;
@@ -51,6 +52,7 @@ pub struct ReplicaManager {
     fetch_purgatory: Purgatory<TopicPartition, Arc<DelayedFetch>>,
     produce_purgatory: Purgatory<TopicPartition, Arc<DelayedProduce>>,
     metadata: Arc<MetadataCache>,
+    fetch_sessions: Arc<FetchSessionCache>,
     fetchers: Arc<FetcherManager>,
     isr_requests: mpsc::UnboundedSender<IsrRequest>,
     metrics: Arc<BrokerMetrics>,
@@ -72,6 +74,9 @@ impl ReplicaManager {
         metrics: Arc<BrokerMetrics>,
     ) -> ReplicaManager {
         ReplicaManager {
+            fetch_sessions: Arc::new(FetchSessionCache::new(
+                config.max_incremental_fetch_session_cache_slots,
+            )),
             local_id: config.node_id,
             config,
             broker_epoch,
@@ -105,6 +110,11 @@ impl ReplicaManager {
             .values()
             .flat_map(|m| m.values().cloned())
             .collect()
+    }
+
+    /// Open incremental fetch sessions.
+    pub fn fetch_session_count(&self) -> usize {
+        self.fetch_sessions.len()
     }
 
     /// (fetch, produce) purgatory sizes.
@@ -252,16 +262,16 @@ impl ReplicaManager {
     // --- Fetch ---
 
     pub fn handle_fetch(&self, req: pb::FetchRequest, responder: Responder) {
-        // Incremental fetch sessions: a client asking for a new one (epoch 0) gets a
-        // sessionless answer (session id 0), which KIP-227 allows; anything else
-        // names a session this broker does not have.
-        if req.session_id != 0 || !(req.session_epoch == -1 || req.session_epoch == 0) {
-            responder.send(pb::response::Body::Fetch(pb::FetchResponse {
-                error_code: ErrorCode::FetchSessionIdNotFound as i32,
-                ..Default::default()
-            }));
-            return;
-        }
+        let (session, entries) = match self.fetch_sessions.begin(&req, Instant::now()) {
+            Ok(resolved) => resolved,
+            Err(code) => {
+                responder.send(pb::response::Body::Fetch(pb::FetchResponse {
+                    error_code: code as i32,
+                    ..Default::default()
+                }));
+                return;
+            }
+        };
         let params = FetchParams {
             replica_id: req.replica_id.max(-1),
             min_bytes: req.min_bytes.max(0) as u64,
@@ -272,47 +282,48 @@ impl ReplicaManager {
             },
         };
         let is_follower = params.is_follower();
-        let mut response = pb::FetchResponse {
-            responses: Vec::with_capacity(req.topics.len()),
-            ..Default::default()
-        };
-        let mut statuses = Vec::new();
+        let mut response = pb::FetchResponse::default();
+        let mut statuses = Vec::with_capacity(entries.len());
         let mut immediate_error = false;
-        for (ti, topic) in req.topics.iter().enumerate() {
-            let mut out_topic = pb::FetchableTopicResponse {
-                topic: topic.topic.clone(),
-                partitions: Vec::with_capacity(topic.partitions.len()),
-            };
-            for (pi, p) in topic.partitions.iter().enumerate() {
-                let mut out = pb::PartitionData {
-                    partition: p.partition,
-                    high_watermark: -1,
-                    last_stable_offset: -1,
-                    log_start_offset: -1,
-                    ..Default::default()
-                };
-                match self.partition(&topic.topic, p.partition) {
-                    None => {
-                        out.error_code = ErrorCode::UnknownTopicOrPartition as i32;
-                        immediate_error = true;
-                    }
-                    Some(_) if p.partition_max_bytes < 0 => {
-                        out.error_code = ErrorCode::InvalidFetchSize as i32;
-                        immediate_error = true;
-                    }
-                    Some(partition) => statuses.push(FetchPartitionStatus {
-                        topic_index: ti,
-                        partition_index: pi,
-                        partition,
-                        fetch_offset: p.fetch_offset,
-                        current_leader_epoch: p.current_leader_epoch,
-                        last_fetched_epoch: p.last_fetched_epoch,
-                        partition_max_bytes: p.partition_max_bytes as usize,
-                    }),
+        for e in entries {
+            let ti = match response.responses.iter().position(|t| t.topic == e.topic) {
+                Some(ti) => ti,
+                None => {
+                    response.responses.push(pb::FetchableTopicResponse {
+                        topic: e.topic.clone(),
+                        partitions: Vec::new(),
+                    });
+                    response.responses.len() - 1
                 }
-                out_topic.partitions.push(out);
+            };
+            let out_topic = &mut response.responses[ti];
+            let mut out = pb::PartitionData {
+                partition: e.partition,
+                high_watermark: -1,
+                last_stable_offset: -1,
+                log_start_offset: -1,
+                ..Default::default()
+            };
+            match self.partition(&e.topic, e.partition) {
+                None => {
+                    out.error_code = ErrorCode::UnknownTopicOrPartition as i32;
+                    immediate_error = true;
+                }
+                Some(_) if e.partition_max_bytes < 0 => {
+                    out.error_code = ErrorCode::InvalidFetchSize as i32;
+                    immediate_error = true;
+                }
+                Some(partition) => statuses.push(FetchPartitionStatus {
+                    topic_index: ti,
+                    partition_index: out_topic.partitions.len(),
+                    partition,
+                    fetch_offset: e.fetch_offset,
+                    current_leader_epoch: e.current_leader_epoch,
+                    last_fetched_epoch: e.last_fetched_epoch,
+                    partition_max_bytes: e.partition_max_bytes as usize,
+                }),
             }
-            response.responses.push(out_topic);
+            out_topic.partitions.push(out);
         }
         let template = response.clone();
         let read = read_partitions(&params, &statuses, &mut response);
@@ -328,6 +339,7 @@ impl ReplicaManager {
         let max_wait = Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_FETCH_WAIT);
         if max_wait.is_zero() || read as u64 >= params.min_bytes || errors || statuses.is_empty() {
             self.metrics.bytes_out(read);
+            self.fetch_sessions.finish(session, &mut response);
             responder.send(pb::response::Body::Fetch(response));
             return;
         }
@@ -339,6 +351,7 @@ impl ReplicaManager {
             template,
             responder,
             self.metrics.clone(),
+            (self.fetch_sessions.clone(), session),
         ));
         if let Watched::Waiting(handle) = self
             .fetch_purgatory

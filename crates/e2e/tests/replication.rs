@@ -44,4 +44,78 @@ async fn acks_all_is_acknowledged_by_the_whole_isr() {
         .await;
     }
     let _ = ErrorCode::None;
+    // The followers replicate through incremental fetch sessions on the leader.
+    let leader_rm = cluster.broker(meta.leader_id).broker().replica_manager();
+    assert_eq!(leader_rm.fetch_session_count(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incremental_fetch_session_answers_only_partitions_with_news() {
+    use syncline_proto::pb::{self, request::Body, response::Body as Resp};
+    let cluster = TestCluster::start(1, "").await;
+    cluster.create_topic("s", 2, 1, &[]).await;
+    let conn = cluster.connect(1).await;
+    produce(&conn, "s", 0, 1, batch(&[b"a"])).await;
+    produce(&conn, "s", 1, 1, batch(&[b"b"])).await;
+    let fetch = |id: i32, epoch: i32, parts: Vec<(i32, i64)>| {
+        Body::Fetch(pb::FetchRequest {
+            replica_id: -1,
+            replica_epoch: -1,
+            max_bytes: 1 << 20,
+            session_id: id,
+            session_epoch: epoch,
+            topics: if parts.is_empty() {
+                vec![]
+            } else {
+                vec![pb::FetchTopic {
+                    topic: "s".into(),
+                    partitions: parts
+                        .into_iter()
+                        .map(|(partition, fetch_offset)| pb::FetchPartition {
+                            partition,
+                            fetch_offset,
+                            partition_max_bytes: 1 << 20,
+                            ..Default::default()
+                        })
+                        .collect(),
+                }]
+            },
+            ..Default::default()
+        })
+    };
+    let partitions = |r: &pb::FetchResponse| -> Vec<(i32, usize)> {
+        r.responses
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| (p.partition, values(&p.records).len()))
+            })
+            .collect()
+    };
+    // A new session: everything.
+    let Resp::Fetch(r) = conn.send(fetch(0, 0, vec![(0, 0), (1, 0)])).await.unwrap() else {
+        panic!()
+    };
+    assert_ne!(r.session_id, 0);
+    assert_eq!(partitions(&r), vec![(0, 1), (1, 1)]);
+    let id = r.session_id;
+    // The client moved both positions; only partition 0 gets a new record.
+    produce(&conn, "s", 0, 1, batch(&[b"c"])).await;
+    let Resp::Fetch(r) = conn.send(fetch(id, 1, vec![(0, 1), (1, 1)])).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(partitions(&r), vec![(0, 1)], "only partition 0 has news");
+    // Nothing new: an empty incremental answer; a wrong epoch is refused.
+    let Resp::Fetch(r) = conn.send(fetch(id, 2, vec![(0, 2)])).await.unwrap() else {
+        panic!()
+    };
+    assert!(partitions(&r).is_empty());
+    let Resp::Fetch(r) = conn.send(fetch(id, 9, vec![])).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        r.error_code,
+        syncline_proto::ErrorCode::InvalidFetchSessionEpoch as i32
+    );
 }

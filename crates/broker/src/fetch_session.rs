@@ -1,0 +1,456 @@
+//! Incremental fetch sessions (KIP-227).
+//!
+//! A fetcher that follows many partitions would otherwise send every partition in
+//! every request and get every partition back in every response, changed or not.
+//! With a session the leader remembers the partitions and their fetch positions:
+//! requests carry only what changed (and `forgotten_topics_data` for what left),
+//! responses only the partitions with news (records, a moved high watermark or log
+//! start, an error). Every fetch still acknowledges *all* session partitions at
+//! their remembered offsets, so idle partitions keep their followers in sync.
+//!
+//! Session ids and epochs, as Kafka's `FetchMetadata`:
+//! - `(0, -1)`: a full fetch, no session;
+//! - `(0, 0)`: a full fetch that asks for a new session (the answer's `session_id`,
+//!   0 when the cache declines);
+//! - `(id, e > 0)`: an incremental fetch in session `id`, whose next epoch must be `e`;
+//! - `(id, -1)`: closes the session; the request is a full, sessionless fetch.
+
+use std::collections::HashMap;
+
+use parking_lot::Mutex;
+use syncline_proto::{pb, ErrorCode};
+use tokio::time::Instant;
+
+/// `session_epoch` of a request that starts a new session.
+pub const INITIAL_EPOCH: i32 = 0;
+/// `session_epoch` of a sessionless request (or one closing its session).
+pub const FINAL_EPOCH: i32 = -1;
+
+/// One partition of a fetch, as the request (or the session) gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchEntry {
+    pub topic: String,
+    pub partition: i32,
+    pub fetch_offset: i64,
+    pub partition_max_bytes: i32,
+    pub current_leader_epoch: Option<i32>,
+    pub last_fetched_epoch: Option<i32>,
+    pub log_start_offset: i64,
+}
+
+impl FetchEntry {
+    fn from_request(topic: &str, p: &pb::FetchPartition) -> FetchEntry {
+        FetchEntry {
+            topic: topic.to_string(),
+            partition: p.partition,
+            fetch_offset: p.fetch_offset,
+            partition_max_bytes: p.partition_max_bytes,
+            current_leader_epoch: p.current_leader_epoch,
+            last_fetched_epoch: p.last_fetched_epoch,
+            log_start_offset: p.log_start_offset,
+        }
+    }
+}
+
+/// What the last response told the client about a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Sent {
+    high_watermark: i64,
+    log_start_offset: i64,
+}
+
+#[derive(Debug)]
+struct Session {
+    /// The epoch the next request must carry.
+    next_epoch: i32,
+    replica_id: i32,
+    partitions: Vec<(FetchEntry, Option<Sent>)>,
+    last_used: Instant,
+}
+
+impl Session {
+    fn position(&self, topic: &str, partition: i32) -> Option<usize> {
+        self.partitions
+            .iter()
+            .position(|(e, _)| e.partition == partition && e.topic == topic)
+    }
+}
+
+/// How a fetch relates to a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionContext {
+    /// No session: the response holds every partition and `session_id` 0.
+    Sessionless,
+    /// A new session: the response holds every partition and the new id.
+    New { id: i32 },
+    /// An incremental fetch: the response holds only partitions with news.
+    Incremental { id: i32 },
+}
+
+impl SessionContext {
+    pub fn session_id(&self) -> i32 {
+        match self {
+            SessionContext::Sessionless => 0,
+            SessionContext::New { id } | SessionContext::Incremental { id } => *id,
+        }
+    }
+}
+
+/// The broker's fetch sessions, bounded (Kafka's
+/// `max.incremental.fetch.session.cache.slots`), least recently used evicted first.
+#[derive(Debug)]
+pub struct FetchSessionCache {
+    max_slots: usize,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    sessions: HashMap<i32, Session>,
+    next_id: i32,
+}
+
+impl FetchSessionCache {
+    pub fn new(max_slots: usize) -> FetchSessionCache {
+        FetchSessionCache {
+            max_slots,
+            inner: Mutex::new(Inner {
+                sessions: HashMap::new(),
+                // Ids start somewhere random so a restarted broker does not hand out
+                // ids a client still holds from before.
+                next_id: (rand::random::<u32>() >> 1).max(1) as i32,
+            }),
+        }
+    }
+
+    /// Number of open sessions.
+    pub fn len(&self) -> usize {
+        self.inner.lock().sessions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Resolves a request: the partitions to fetch (for an incremental fetch, every
+    /// partition of the session, updated by the request) and the session context.
+    pub fn begin(
+        &self,
+        req: &pb::FetchRequest,
+        now: Instant,
+    ) -> Result<(SessionContext, Vec<FetchEntry>), ErrorCode> {
+        let requested = || {
+            req.topics
+                .iter()
+                .flat_map(|t| {
+                    t.partitions
+                        .iter()
+                        .map(|p| FetchEntry::from_request(&t.topic, p))
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut inner = self.inner.lock();
+        match (req.session_id, req.session_epoch) {
+            (0, FINAL_EPOCH) => Ok((SessionContext::Sessionless, requested())),
+            (0, INITIAL_EPOCH) => {
+                let entries = requested();
+                if self.max_slots == 0 {
+                    return Ok((SessionContext::Sessionless, entries));
+                }
+                if inner.sessions.len() >= self.max_slots {
+                    let oldest = inner
+                        .sessions
+                        .iter()
+                        .min_by_key(|(_, s)| s.last_used)
+                        .map(|(id, _)| *id);
+                    if let Some(id) = oldest {
+                        inner.sessions.remove(&id);
+                    }
+                }
+                let mut id = inner.next_id;
+                while id == 0 || inner.sessions.contains_key(&id) {
+                    id = id.checked_add(1).unwrap_or(1);
+                }
+                inner.next_id = id.checked_add(1).unwrap_or(1);
+                inner.sessions.insert(
+                    id,
+                    Session {
+                        next_epoch: 1,
+                        replica_id: req.replica_id,
+                        partitions: entries.iter().cloned().map(|e| (e, None)).collect(),
+                        last_used: now,
+                    },
+                );
+                Ok((SessionContext::New { id }, entries))
+            }
+            (0, _) => Err(ErrorCode::InvalidFetchSessionEpoch),
+            (id, FINAL_EPOCH) => {
+                inner.sessions.remove(&id);
+                Ok((SessionContext::Sessionless, requested()))
+            }
+            (id, epoch) => {
+                let session = inner
+                    .sessions
+                    .get_mut(&id)
+                    .ok_or(ErrorCode::FetchSessionIdNotFound)?;
+                if session.replica_id != req.replica_id {
+                    return Err(ErrorCode::FetchSessionIdNotFound);
+                }
+                if epoch != session.next_epoch {
+                    return Err(ErrorCode::InvalidFetchSessionEpoch);
+                }
+                for f in &req.forgotten_topics_data {
+                    session.partitions.retain(|(e, _)| {
+                        !(e.topic == f.topic && f.partitions.contains(&e.partition))
+                    });
+                }
+                for t in &req.topics {
+                    for p in &t.partitions {
+                        let entry = FetchEntry::from_request(&t.topic, p);
+                        match session.position(&t.topic, p.partition) {
+                            Some(i) => session.partitions[i].0 = entry,
+                            None => session.partitions.push((entry, None)),
+                        }
+                    }
+                }
+                session.last_used = now;
+                session.next_epoch = session.next_epoch.checked_add(1).unwrap_or(1);
+                let entries = session.partitions.iter().map(|(e, _)| e.clone()).collect();
+                Ok((SessionContext::Incremental { id }, entries))
+            }
+        }
+    }
+
+    /// Trims an incremental response to the partitions with news and remembers what
+    /// was sent; sets the response's session id.
+    pub fn finish(&self, ctx: SessionContext, response: &mut pb::FetchResponse) {
+        response.session_id = ctx.session_id();
+        let (id, incremental) = match ctx {
+            SessionContext::Sessionless => return,
+            SessionContext::New { id } => (id, false),
+            SessionContext::Incremental { id } => (id, true),
+        };
+        let mut inner = self.inner.lock();
+        let Some(session) = inner.sessions.get_mut(&id) else {
+            return;
+        };
+        for t in &mut response.responses {
+            t.partitions.retain(|p| {
+                let Some(i) = session.position(&t.topic, p.partition) else {
+                    return true;
+                };
+                let now_sent = Sent {
+                    high_watermark: p.high_watermark,
+                    log_start_offset: p.log_start_offset,
+                };
+                let news = !p.records.is_empty()
+                    || p.error_code != ErrorCode::None as i32
+                    || p.diverging_epoch.is_some()
+                    || session.partitions[i].1 != Some(now_sent);
+                session.partitions[i].1 = Some(now_sent);
+                !incremental || news
+            });
+        }
+        response.responses.retain(|t| !t.partitions.is_empty());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(partition: i32, fetch_offset: i64) -> pb::FetchPartition {
+        pb::FetchPartition {
+            partition,
+            fetch_offset,
+            partition_max_bytes: 1024,
+            ..Default::default()
+        }
+    }
+
+    fn req(
+        id: i32,
+        epoch: i32,
+        parts: Vec<pb::FetchPartition>,
+        forgotten: Vec<i32>,
+    ) -> pb::FetchRequest {
+        pb::FetchRequest {
+            replica_id: 2,
+            session_id: id,
+            session_epoch: epoch,
+            topics: if parts.is_empty() {
+                vec![]
+            } else {
+                vec![pb::FetchTopic {
+                    topic: "t".into(),
+                    partitions: parts,
+                }]
+            },
+            forgotten_topics_data: if forgotten.is_empty() {
+                vec![]
+            } else {
+                vec![pb::ForgottenTopic {
+                    topic: "t".into(),
+                    partitions: forgotten,
+                }]
+            },
+            ..Default::default()
+        }
+    }
+
+    fn response(parts: &[(i32, i64, usize)]) -> pb::FetchResponse {
+        pb::FetchResponse {
+            responses: vec![pb::FetchableTopicResponse {
+                topic: "t".into(),
+                partitions: parts
+                    .iter()
+                    .map(|(p, hw, n)| pb::PartitionData {
+                        partition: *p,
+                        high_watermark: *hw,
+                        records: vec![0u8; *n].into(),
+                        ..Default::default()
+                    })
+                    .collect(),
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn partitions_in(r: &pb::FetchResponse) -> Vec<i32> {
+        r.responses
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| p.partition))
+            .collect()
+    }
+
+    #[test]
+    fn a_session_remembers_partitions_and_answers_only_news() {
+        let cache = FetchSessionCache::new(10);
+        let t0 = Instant::now();
+        let (ctx, entries) = cache
+            .begin(&req(0, 0, vec![part(0, 5), part(1, 7)], vec![]), t0)
+            .unwrap();
+        let SessionContext::New { id } = ctx else {
+            panic!("{ctx:?}")
+        };
+        assert_eq!(entries.len(), 2);
+        let mut r = response(&[(0, 5, 0), (1, 7, 0)]);
+        cache.finish(ctx, &mut r);
+        assert_eq!(r.session_id, id);
+        assert_eq!(
+            partitions_in(&r),
+            vec![0, 1],
+            "a new session answers in full"
+        );
+
+        // Incremental: partition 0 moved on; partition 1 is not mentioned but is still
+        // fetched at its remembered offset.
+        let (ctx, entries) = cache
+            .begin(&req(id, 1, vec![part(0, 9)], vec![]), t0)
+            .unwrap();
+        assert_eq!(ctx, SessionContext::Incremental { id });
+        let offsets: Vec<(i32, i64)> = entries
+            .iter()
+            .map(|e| (e.partition, e.fetch_offset))
+            .collect();
+        assert_eq!(offsets, vec![(0, 9), (1, 7)]);
+        // Only partition 1 has news (records); partition 0's HW did not move.
+        let mut r = response(&[(0, 5, 0), (1, 7, 100)]);
+        cache.finish(ctx, &mut r);
+        assert_eq!(partitions_in(&r), vec![1]);
+        // An HW change is news even without records.
+        let (ctx, _) = cache.begin(&req(id, 2, vec![], vec![]), t0).unwrap();
+        let mut r = response(&[(0, 9, 0), (1, 7, 0)]);
+        cache.finish(ctx, &mut r);
+        assert_eq!(partitions_in(&r), vec![0]);
+        // Forgetting a partition.
+        let (_, entries) = cache.begin(&req(id, 3, vec![], vec![1]), t0).unwrap();
+        assert_eq!(
+            entries.iter().map(|e| e.partition).collect::<Vec<_>>(),
+            vec![0]
+        );
+    }
+
+    #[test]
+    fn wrong_epochs_and_unknown_sessions_are_refused() {
+        let cache = FetchSessionCache::new(10);
+        let t0 = Instant::now();
+        let (ctx, _) = cache
+            .begin(&req(0, 0, vec![part(0, 0)], vec![]), t0)
+            .unwrap();
+        let id = ctx.session_id();
+        assert_eq!(
+            cache.begin(&req(id, 5, vec![], vec![]), t0).unwrap_err(),
+            ErrorCode::InvalidFetchSessionEpoch
+        );
+        assert_eq!(
+            cache
+                .begin(&req(id + 1, 1, vec![], vec![]), t0)
+                .unwrap_err(),
+            ErrorCode::FetchSessionIdNotFound
+        );
+        assert_eq!(
+            cache.begin(&req(0, 3, vec![], vec![]), t0).unwrap_err(),
+            ErrorCode::InvalidFetchSessionEpoch
+        );
+        // Another replica cannot use the session.
+        let mut other = req(id, 1, vec![], vec![]);
+        other.replica_id = 3;
+        assert_eq!(
+            cache.begin(&other, t0).unwrap_err(),
+            ErrorCode::FetchSessionIdNotFound
+        );
+        // Closing it.
+        let (ctx, _) = cache
+            .begin(&req(id, FINAL_EPOCH, vec![part(0, 0)], vec![]), t0)
+            .unwrap();
+        assert_eq!(ctx, SessionContext::Sessionless);
+        assert!(cache.is_empty());
+    }
+
+    #[test]
+    fn the_cache_is_bounded_and_evicts_the_least_recently_used() {
+        let cache = FetchSessionCache::new(2);
+        let t0 = Instant::now();
+        let a = cache
+            .begin(&req(0, 0, vec![part(0, 0)], vec![]), t0)
+            .unwrap()
+            .0
+            .session_id();
+        let b = cache
+            .begin(
+                &req(0, 0, vec![part(0, 0)], vec![]),
+                t0 + std::time::Duration::from_millis(1),
+            )
+            .unwrap()
+            .0
+            .session_id();
+        // a is used again, so b is the least recently used.
+        cache
+            .begin(
+                &req(a, 1, vec![], vec![]),
+                t0 + std::time::Duration::from_millis(2),
+            )
+            .unwrap();
+        let c = cache
+            .begin(
+                &req(0, 0, vec![part(0, 0)], vec![]),
+                t0 + std::time::Duration::from_millis(3),
+            )
+            .unwrap()
+            .0
+            .session_id();
+        assert_eq!(cache.len(), 2);
+        assert_ne!(c, a);
+        assert!(cache.begin(&req(b, 1, vec![], vec![]), t0).is_err());
+        assert!(cache.begin(&req(a, 2, vec![], vec![]), t0).is_ok());
+        // No slots at all: sessions are declined, fetches still work.
+        let none = FetchSessionCache::new(0);
+        assert_eq!(
+            none.begin(&req(0, 0, vec![part(0, 0)], vec![]), t0)
+                .unwrap()
+                .0,
+            SessionContext::Sessionless
+        );
+    }
+}
