@@ -372,6 +372,12 @@ pub async fn start_on(
         isr_tx,
         metrics.clone(),
     ));
+    let weak = Arc::downgrade(&rm);
+    fetchers.set_on_append(crate::fetcher::AppendListener(Box::new(move |tp| {
+        if let Some(rm) = weak.upgrade() {
+            rm.wake_fetches(tp);
+        }
+    })));
     let controller = if config.is_controller {
         Some(controller_host::start(
             &config.log_dir.join("__cluster_metadata"),

@@ -148,6 +148,7 @@ struct RawConfig {
     replica_fetch_backoff_ms: Option<i64>,
     num_replica_fetchers: Option<i64>,
     max_incremental_fetch_session_cache_slots: Option<i64>,
+    replica_selector: Option<String>,
     replica_high_watermark_checkpoint_interval_ms: Option<i64>,
     unclean_leader_election_enable: Option<bool>,
     broker_session_timeout_ms: Option<i64>,
@@ -192,6 +193,8 @@ pub struct BrokerConfig {
     pub num_replica_fetchers: usize,
     /// Incremental fetch sessions (KIP-227) the broker keeps; 0 declines them.
     pub max_incremental_fetch_session_cache_slots: usize,
+    /// Which replica consumers read from (Kafka's `replica.selector.class`).
+    pub replica_selector: ReplicaSelector,
     pub replica_high_watermark_checkpoint_interval_ms: u64,
     pub unclean_leader_election_enable: bool,
     pub broker_session_timeout_ms: u64,
@@ -202,6 +205,17 @@ pub struct BrokerConfig {
     /// leader's. Not a config-file key: only tests set it, to show what the old rule
     /// loses.
     pub truncation_rule: TruncationRule,
+}
+
+/// Which replica serves a consumer (KIP-392).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReplicaSelector {
+    /// Always the leader (Kafka's default).
+    #[default]
+    Leader,
+    /// An in-sync replica in the consumer's rack (`client.rack`), when there is one
+    /// (Kafka's `RackAwareReplicaSelector`).
+    RackAware,
 }
 
 /// The follower truncation rule.
@@ -559,6 +573,16 @@ impl BrokerConfig {
                 0,
                 i32::MAX as i64,
             )? as u64,
+            replica_selector: match raw.replica_selector.as_deref() {
+                None | Some("leader") => ReplicaSelector::Leader,
+                Some("rack_aware") => ReplicaSelector::RackAware,
+                Some(other) => {
+                    return Err(invalid(
+                        "replica_selector",
+                        format!("`{other}` is not \"leader\" or \"rack_aware\""),
+                    ))
+                }
+            },
             max_incremental_fetch_session_cache_slots: in_range(
                 "max_incremental_fetch_session_cache_slots",
                 raw.max_incremental_fetch_session_cache_slots,

@@ -38,6 +38,8 @@ impl PendingOp {
 pub struct FetchParams {
     /// -1 for consumers.
     pub replica_id: i32,
+    /// A consumer that may read from a follower (it gave its rack, KIP-392).
+    pub allow_follower_read: bool,
     pub min_bytes: u64,
     pub max_bytes: usize,
 }
@@ -58,6 +60,10 @@ pub struct FetchPartitionStatus {
     pub current_leader_epoch: Option<i32>,
     pub last_fetched_epoch: Option<i32>,
     pub partition_max_bytes: usize,
+    /// The high watermark the first read would have told a follower: a follower
+    /// fetch waiting in the purgatory is answered as soon as it moves, so followers
+    /// (and consumers reading from them) learn it within one round trip.
+    pub high_watermark_seen: i64,
 }
 
 /// Reads every resolved partition of a fetch into `response` (whose entries for
@@ -87,6 +93,7 @@ pub fn read_partitions(
                 s.fetch_offset,
                 if first_data { max.max(1) } else { max },
                 s.current_leader_epoch,
+                params.allow_follower_read,
             )
         };
         let out = &mut response.responses[s.topic_index].partitions[s.partition_index];
@@ -169,9 +176,13 @@ impl DelayedOperation for DelayedFetch {
                 s.fetch_offset,
                 self.params.is_follower(),
                 s.current_leader_epoch,
+                self.params.allow_follower_read,
             ) {
                 FetchReadiness::Changed => return true,
                 FetchReadiness::Bytes(n) => available += n.min(s.partition_max_bytes as u64),
+            }
+            if self.params.is_follower() && s.partition.high_watermark() > s.high_watermark_seen {
+                return true;
             }
         }
         available >= self.params.min_bytes

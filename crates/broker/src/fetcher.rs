@@ -66,7 +66,19 @@ pub struct FetcherManager {
     /// Every fetcher task ever started (finished ones are pruned), so shutdown can
     /// wait for them: a fetcher must not touch a log after it is closed.
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Told after each follower append: consumer fetches reading from this follower
+    /// (KIP-392) may be waiting for its high watermark.
+    on_append: std::sync::OnceLock<AppendListener>,
     shutdown: CancellationToken,
+}
+
+/// See [`FetcherManager::set_on_append`].
+pub struct AppendListener(pub Box<dyn Fn(&TopicPartition) + Send + Sync>);
+
+impl std::fmt::Debug for AppendListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AppendListener")
+    }
 }
 
 fn now_ms() -> i64 {
@@ -92,8 +104,14 @@ impl FetcherManager {
             metrics,
             fetchers: Mutex::new(HashMap::new()),
             tasks: Mutex::new(Vec::new()),
+            on_append: std::sync::OnceLock::new(),
             shutdown,
         }
+    }
+
+    /// Sets what to tell after each follower append (once).
+    pub fn set_on_append(&self, listener: AppendListener) {
+        let _ = self.on_append.set(listener);
     }
 
     /// Stops every fetcher and waits until none runs.
@@ -656,6 +674,9 @@ impl FetcherTask {
                     Ok(leo) => {
                         let lag = (data.high_watermark - leo).max(0);
                         self.update(r, |s| s.lag = lag);
+                        if let Some(tell) = self.manager.on_append.get() {
+                            (tell.0)(&r.tp);
+                        }
                     }
                     Err(code) => {
                         tracing::warn!(partition = %r.tp, fetch_offset, error = %code, "follower append failed");

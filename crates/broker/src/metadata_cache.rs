@@ -158,6 +158,13 @@ impl MetadataCache {
         Some(format!("{}:{}", e.host, e.port))
     }
 
+    /// A broker's rack, if it has one.
+    pub fn broker_rack(&self, id: i32) -> Option<String> {
+        let image = self.image.read();
+        let rack = &image.brokers.get(&id)?.endpoint.as_ref()?.rack;
+        (!rack.is_empty()).then(|| rack.clone())
+    }
+
     /// A topic's configs (empty when unknown).
     pub fn topic_configs(&self, topic: &str) -> HashMap<String, String> {
         self.image

@@ -137,6 +137,12 @@ impl ReplicaManager {
         }
     }
 
+    /// This follower appended to `tp` (its HW may have moved): consumer fetches
+    /// reading from it may be answered.
+    pub fn wake_fetches(&self, tp: &TopicPartition) {
+        self.fetch_purgatory.check_and_complete(tp);
+    }
+
     /// Something happened on `tp`: an append (`hw_advanced` false) wakes fetches
     /// waiting for data; an HW advance also wakes acks=all produces.
     fn wake(&self, tp: &TopicPartition, hw_advanced: bool) {
@@ -274,6 +280,7 @@ impl ReplicaManager {
         };
         let params = FetchParams {
             replica_id: req.replica_id.max(-1),
+            allow_follower_read: req.replica_id < 0 && !req.rack_id.is_empty(),
             min_bytes: req.min_bytes.max(0) as u64,
             max_bytes: if req.max_bytes <= 0 {
                 usize::MAX
@@ -282,6 +289,8 @@ impl ReplicaManager {
             },
         };
         let is_follower = params.is_follower();
+        let select_by_rack = params.allow_follower_read
+            && self.config.replica_selector == crate::config::ReplicaSelector::RackAware;
         let mut response = pb::FetchResponse::default();
         let mut statuses = Vec::with_capacity(entries.len());
         let mut immediate_error = false;
@@ -313,6 +322,20 @@ impl ReplicaManager {
                     out.error_code = ErrorCode::InvalidFetchSize as i32;
                     immediate_error = true;
                 }
+                Some(partition)
+                    if select_by_rack
+                        && partition
+                            .preferred_read_replica(&req.rack_id, |id| {
+                                self.metadata.broker_rack(id)
+                            })
+                            .inspect(|r| out.preferred_read_replica = Some(*r))
+                            .is_some() =>
+                {
+                    // A replica in the consumer's rack serves it from now on.
+                    out.high_watermark = partition.high_watermark();
+                    out.last_stable_offset = out.high_watermark;
+                    out.log_start_offset = partition.log_start_offset();
+                }
                 Some(partition) => statuses.push(FetchPartitionStatus {
                     topic_index: ti,
                     partition_index: out_topic.partitions.len(),
@@ -321,12 +344,17 @@ impl ReplicaManager {
                     current_leader_epoch: e.current_leader_epoch,
                     last_fetched_epoch: e.last_fetched_epoch,
                     partition_max_bytes: e.partition_max_bytes as usize,
+                    high_watermark_seen: -1,
                 }),
             }
             out_topic.partitions.push(out);
         }
         let template = response.clone();
         let read = read_partitions(&params, &statuses, &mut response);
+        for s in &mut statuses {
+            s.high_watermark_seen =
+                response.responses[s.topic_index].partitions[s.partition_index].high_watermark;
+        }
         if is_follower {
             self.record_follower_progress(&req, &statuses, &response);
         }
@@ -644,8 +672,20 @@ impl ReplicaManager {
                     if self.config.truncation_rule == TruncationRule::HighWatermark {
                         // The legacy rule, as Kafka's makeFollowers did before KIP-101.
                         let hw = partition.high_watermark();
-                        if let Err(code) = partition.truncate_to(hw, ps.leader_epoch) {
-                            tracing::warn!(partition = %partition.tp, error = %code, "truncation to the high watermark failed");
+                        let leo = partition.log_end_offset();
+                        match partition.truncate_to(hw, ps.leader_epoch) {
+                            // The one event of this truncation (the partition logs
+                            // it at debug), as the fetcher's are for the epoch rule.
+                            Ok(to) if to < leo => tracing::info!(
+                                topic = %partition.tp.topic, partition = partition.tp.partition,
+                                reason = "high watermark (legacy truncation rule)", leader = ps.leader,
+                                leader_epoch = ps.leader_epoch, high_watermark = hw, from = leo, to,
+                                truncated_offsets = leo - to, "truncation"
+                            ),
+                            Ok(_) => {}
+                            Err(code) => {
+                                tracing::warn!(partition = %partition.tp, error = %code, "truncation to the high watermark failed")
+                            }
                         }
                     }
                     self.fetchers

@@ -31,6 +31,8 @@ pub struct Options {
     pub faults: Option<Arc<crate::faults::Faults>>,
     /// The follower truncation rule (tests compare the legacy one).
     pub truncation_rule: TruncationRule,
+    /// Put broker N in rack `rN`.
+    pub racks: bool,
 }
 
 fn config_text(
@@ -97,6 +99,11 @@ impl TestCluster {
             self.dir.path(),
             &self.extra,
         );
+        let text = if self.options.racks {
+            format!("{text}broker_rack = \"r{id}\"\n")
+        } else {
+            text
+        };
         let mut config = BrokerConfig::parse(&text).unwrap();
         config.truncation_rule = self.options.truncation_rule;
         config

@@ -145,6 +145,7 @@ async fn stale_hw_follower_then_leader_dies(rule: TruncationRule) -> bool {
         Options {
             faults: Some(faults.clone()),
             truncation_rule: rule,
+            ..Options::default()
         },
     )
     .await;
@@ -214,6 +215,7 @@ async fn different_tails_then_shorter_leads(rule: TruncationRule) -> bool {
         Options {
             faults: None,
             truncation_rule: rule,
+            ..Options::default()
         },
     )
     .await;
@@ -286,6 +288,7 @@ async fn unclean_alternating_restarts(rule: TruncationRule) -> (bool, usize) {
         Options {
             faults: None,
             truncation_rule: rule,
+            ..Options::default()
         },
     )
     .await;
@@ -390,10 +393,12 @@ async fn kip279_bouncing_follower_then_leader_under_load_loses_nothing() {
         .await;
     let (p, replicas) = partition_without_controller(&cluster, "k279", 4).await;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let progress = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let addrs = cluster.addrs.clone();
     // acks=all load, following the leader; every acknowledged value is recorded.
     let load = tokio::spawn({
         let stop = stop.clone();
+        let progress = progress.clone();
         let probe = cluster.connect(1).await;
         async move {
             let mut acked = Vec::new();
@@ -441,6 +446,7 @@ async fn kip279_bouncing_follower_then_leader_under_load_loses_nothing() {
                 if let Ok(r) = produce(c, "k279", p, -1, &[v.clone().into_bytes()]).await {
                     if r.error_code == 0 {
                         acked.push(v);
+                        progress.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                 }
             }
@@ -466,6 +472,15 @@ async fn kip279_bouncing_follower_then_leader_under_load_loses_nothing() {
         "all three replicas back in the ISR",
         Duration::from_secs(30),
         || async { cluster.partition_metadata(1, "k279", p).await.isr.len() == 3 },
+    )
+    .await;
+    // The load goes on after the healing too, so the check covers writes made
+    // across the whole history.
+    let before = progress.load(std::sync::atomic::Ordering::Relaxed);
+    wait_for(
+        "the load to make progress after healing",
+        Duration::from_secs(30),
+        || async { progress.load(std::sync::atomic::Ordering::Relaxed) >= before + 20 },
     )
     .await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -518,6 +533,7 @@ async fn zombie_leader_cannot_acknowledge_or_serve_the_new_epoch() {
         Options {
             faults: Some(faults.clone()),
             truncation_rule: TruncationRule::LeaderEpoch,
+            ..Options::default()
         },
     )
     .await;

@@ -347,12 +347,12 @@ impl Partition {
         fetch_offset: i64,
         max_bytes: usize,
         client_epoch: Option<i32>,
+        allow_follower_read: bool,
     ) -> Result<ReadResult, ErrorCode> {
         let hw = {
             let st = self.state.lock();
             check_epoch(st.leader_epoch, client_epoch)?;
-            let leader = st.leader.as_ref().ok_or(ErrorCode::NotLeaderOrFollower)?;
-            leader.high_watermark()
+            self.consumer_high_watermark(&st, allow_follower_read)?
         };
         let log = self.log.read();
         let (start, leo) = (log.log_start_offset(), log.log_end_offset());
@@ -373,6 +373,45 @@ impl Partition {
             log_end_offset: leo,
             diverging_epoch: None,
         })
+    }
+
+    /// How far a consumer may read here: the leader's HW, or on a follower (for a
+    /// consumer that fetches from followers, KIP-392) the follower's own HW.
+    fn consumer_high_watermark(
+        &self,
+        st: &State,
+        allow_follower_read: bool,
+    ) -> Result<i64, ErrorCode> {
+        match st.leader.as_ref() {
+            Some(leader) => Ok(leader.high_watermark()),
+            None if allow_follower_read
+                && st.leader_id != NO_LEADER
+                && st.replicas.contains(&self.local_id) =>
+            {
+                Ok(st.follower_high_watermark)
+            }
+            None => Err(ErrorCode::NotLeaderOrFollower),
+        }
+    }
+
+    /// The replica a consumer in `client_rack` should read from instead of this
+    /// leader (KIP-392's rack-aware selector): an ISR member in the client's rack,
+    /// unless the leader is in it. None when not leader or nothing better.
+    pub fn preferred_read_replica(
+        &self,
+        client_rack: &str,
+        rack_of: impl Fn(i32) -> Option<String>,
+    ) -> Option<i32> {
+        let st = self.state.lock();
+        let leader = st.leader.as_ref()?;
+        if rack_of(self.local_id).as_deref() == Some(client_rack) {
+            return None;
+        }
+        st.replicas
+            .iter()
+            .copied()
+            .filter(|r| *r != self.local_id && leader.isr().contains(r))
+            .find(|r| rack_of(*r).as_deref() == Some(client_rack))
     }
 
     /// A follower read: records up to the leader's LEO, or the point where the
@@ -457,16 +496,20 @@ impl Partition {
         fetch_offset: i64,
         is_follower: bool,
         request_epoch: Option<i32>,
+        allow_follower_read: bool,
     ) -> FetchReadiness {
         let (end, epoch) = {
             let st = self.state.lock();
-            let Some(leader) = st.leader.as_ref() else {
-                return FetchReadiness::Changed;
-            };
             let end = if is_follower {
+                if st.leader.is_none() {
+                    return FetchReadiness::Changed;
+                }
                 self.log_end_offset()
             } else {
-                leader.high_watermark()
+                match self.consumer_high_watermark(&st, allow_follower_read) {
+                    Ok(hw) => hw,
+                    Err(_) => return FetchReadiness::Changed,
+                }
             };
             (end, st.leader_epoch)
         };
