@@ -244,10 +244,10 @@ impl FetchSessionBuilder {
             .iter_mut()
             .find(|t| *t.topic == *tp.topic)
         {
-            Some(t) => t.partitions.push(p.clone()),
+            Some(t) => t.partitions.push(*p),
             None => topics.push(pb::FetchTopic {
                 topic: tp.topic.to_string(),
-                partitions: vec![p.clone()],
+                partitions: vec![*p],
             }),
         };
         let mut forgotten: Vec<pb::ForgottenTopic> = Vec::new();
