@@ -157,20 +157,7 @@ pub fn compute_crc(batch: &[u8]) -> u32 {
 /// Checks one whole batch (exactly `batch.len()` bytes): sizes, magic, CRC, and the
 /// record framing (count, sequential offset deltas, lengths), without allocating.
 pub fn validate(batch: &[u8]) -> Result<BatchHeader, BatchError> {
-    let header = BatchHeader::parse(batch)?;
-    if header.total_len() != batch.len() {
-        return Err(BatchError::Truncated {
-            needed: header.total_len(),
-            available: batch.len(),
-        });
-    }
-    let computed = compute_crc(batch);
-    if computed != header.crc {
-        return Err(BatchError::CrcMismatch {
-            stored: header.crc,
-            computed,
-        });
-    }
+    let header = verify_crc(batch)?;
     if header.compression() != 0 {
         return Err(BatchError::Compressed(header.compression()));
     }
