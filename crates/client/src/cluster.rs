@@ -160,7 +160,11 @@ impl Cluster {
         })
     }
 
-    /// Sends on `conn`, giving up after `request_timeout_ms`.
+    /// Sends on `conn`, giving up after `request_timeout_ms`. A broker that does not
+    /// answer in time may be frozen (a long pause, a black-holed network) with its
+    /// socket still open: the connection is closed, as Kafka's client does, so the
+    /// next request (a metadata refresh above all) goes to another broker or to a
+    /// fresh connection instead of waiting behind it again.
     pub(crate) async fn send_on(
         &self,
         conn: &Connection,
@@ -169,7 +173,10 @@ impl Cluster {
         let timeout_ms = self.config.request_timeout_ms;
         tokio::time::timeout(Duration::from_millis(timeout_ms), conn.send(body))
             .await
-            .map_err(|_| ClientError::Timeout(timeout_ms))?
+            .map_err(|_| {
+                conn.close();
+                ClientError::Timeout(timeout_ms)
+            })?
     }
 
     /// Sends to a broker by id.
@@ -294,6 +301,22 @@ mod tests {
         let ms: Vec<u128> = (1..=6).map(|a| backoff(&c, a).as_millis()).collect();
         assert_eq!(ms, [100, 200, 400, 800, 1000, 1000]);
         assert_eq!(backoff(&c, 1000).as_millis(), 1000);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_timeout_closes_the_connection() {
+        let mut config = ClientConfig::new("127.0.0.1:1");
+        config.request_timeout_ms = 1_000;
+        let (cluster, mut peer) = crate::testing::cluster_with_peer(config, 1);
+        let conn = cluster.broker_connection(1).await.unwrap();
+        let body = pb::request::Body::Metadata(pb::MetadataRequest { topics: vec![] });
+        // The peer takes the request and never answers: a frozen broker.
+        let (result, _request) = tokio::join!(cluster.send_on(&conn, body), peer.recv());
+        assert!(
+            matches!(result, Err(ClientError::Timeout(1_000))),
+            "{result:?}"
+        );
+        assert!(conn.is_closed());
     }
 
     #[tokio::test]

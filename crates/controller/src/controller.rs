@@ -142,6 +142,14 @@ impl Controller {
         self.shutting_down.contains(&broker_id)
     }
 
+    /// Gives every registered broker a session starting at `now`, as [`new`](Self::new)
+    /// does. For a shell that knows it did not run for a while (its process was
+    /// paused): the silence it would measure is its own, and fencing the brokers for
+    /// it would move every leadership and shrink every ISR at once.
+    pub fn restart_sessions(&mut self, now: Instant) {
+        self.last_contact = self.image.brokers().map(|b| (b.broker_id, now)).collect();
+    }
+
     /// A topic's effective configs (overrides over the defaults).
     pub fn topic_configs(&self, topic: &str) -> Option<BTreeMap<String, String>> {
         let overrides = &self.image.topic(topic)?.configs;

@@ -120,7 +120,20 @@ impl<'a> Draft<'a> {
             self.unclean_allowed(&tp.topic),
         );
         if let Some(next) = next {
+            log_change(&tp, current, &next, self.change_reason(excluded));
             self.set_partition(tp, next);
+        }
+    }
+
+    /// Why [`Draft::change`] runs, for its event: `excluded` is the broker leaving
+    /// (fenced or shutting down), or `NO_LEADER` when offline partitions elect again.
+    fn change_reason(&self, excluded: i32) -> &'static str {
+        if excluded == NO_LEADER {
+            "offline partition has an eligible replica again"
+        } else if self.shutting_down.contains(&excluded) {
+            "controlled shutdown"
+        } else {
+            "broker fenced"
         }
     }
 
@@ -157,5 +170,43 @@ impl<'a> Draft<'a> {
         for tp in self.partitions_where(|p| p.leader == NO_LEADER && pred(p)) {
             self.change(tp, <[i32]>::to_vec, NO_LEADER);
         }
+    }
+}
+
+/// One event per partition change the controller makes on its own: a leader
+/// election (unclean ones as warnings: committed records may be lost), a partition
+/// going offline, or an ISR shrink, with the reason and the before/after state.
+fn log_change(
+    tp: &TopicPartition,
+    current: &PartitionRegistration,
+    next: &PartitionRegistration,
+    reason: &str,
+) {
+    if next.leader == current.leader {
+        tracing::info!(
+            topic = %tp.topic, partition = tp.partition, reason, leader = next.leader,
+            old_isr = ?current.isr, new_isr = ?next.isr, partition_epoch = next.partition_epoch,
+            "isr shrink by the controller"
+        );
+    } else if next.leader == NO_LEADER {
+        tracing::warn!(
+            topic = %tp.topic, partition = tp.partition, reason, old_leader = current.leader,
+            isr = ?next.isr, leader_epoch = next.leader_epoch,
+            "partition offline: no eligible replica to lead"
+        );
+    } else if !current.isr.contains(&next.leader) {
+        tracing::warn!(
+            topic = %tp.topic, partition = tp.partition, reason, old_leader = current.leader,
+            new_leader = next.leader, old_isr = ?current.isr, new_isr = ?next.isr,
+            leader_epoch = next.leader_epoch, unclean = true,
+            "unclean leader election: no ISR member is available, electing a replica that may miss committed records"
+        );
+    } else {
+        tracing::info!(
+            topic = %tp.topic, partition = tp.partition, reason, old_leader = current.leader,
+            new_leader = next.leader, old_isr = ?current.isr, new_isr = ?next.isr,
+            leader_epoch = next.leader_epoch, unclean = false,
+            "leader election"
+        );
     }
 }

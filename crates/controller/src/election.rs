@@ -40,11 +40,7 @@ pub(crate) fn next_state(
         .iter()
         .find(|&&r| unclean_allowed && usable(r))
     {
-        tracing::warn!(
-            leader = r,
-            old_isr = ?current.isr,
-            "unclean leader election: no ISR member is available, electing a replica that may miss committed records"
-        );
+        // Logged by the caller, which knows the partition (`draft::log_change`).
         (r, vec![r])
     } else {
         (NO_LEADER, isr)

@@ -5,6 +5,7 @@
 //! (including a failing assertion). Binaries are looked up next to the test
 //! executable (`target/<profile>/`): `scripts/test.sh` builds them first.
 
+pub mod checks;
 pub mod client;
 pub mod faults;
 pub mod inprocess;

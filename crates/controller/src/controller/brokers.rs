@@ -216,12 +216,22 @@ impl Controller {
         let mut draft = self.draft();
         match next {
             NextState::Unfence => {
-                tracing::info!(broker_id = id, epoch, "unfencing caught-up broker");
+                tracing::info!(
+                    broker_id = id,
+                    epoch,
+                    metadata_offset = req.current_metadata_offset,
+                    "unfencing caught-up broker"
+                );
                 draft.unfence(id, epoch);
             }
             NextState::ControlledShutdown => draft.remove_from_isrs(id),
             NextState::Fence { .. } if !fenced => {
-                tracing::info!(broker_id = id, epoch, "fencing broker at its request");
+                tracing::info!(
+                    broker_id = id,
+                    epoch,
+                    want_shutdown = req.want_shutdown,
+                    "fencing broker at its request"
+                );
                 draft.fence(id, epoch);
             }
             NextState::Fence { .. } | NextState::Fenced | NextState::Unfenced => {}
@@ -250,9 +260,11 @@ impl Controller {
             let last = *self.last_contact.entry(b.broker_id).or_insert(now);
             let silent = now.saturating_duration_since(last);
             if silent > timeout {
-                tracing::info!(
+                tracing::warn!(
                     broker_id = b.broker_id,
+                    epoch = b.epoch,
                     silent_ms = silent.as_millis(),
+                    session_timeout_ms = self.config.broker_session_timeout_ms,
                     "broker session expired: fencing"
                 );
                 expired.push((b.broker_id, b.epoch));
