@@ -158,6 +158,16 @@ impl MetadataCache {
         Some(format!("{}:{}", e.host, e.port))
     }
 
+    /// Whether the controller would take `broker` into an ISR: registered,
+    /// unfenced, and (when given) in the broker epoch it is known by.
+    pub fn is_eligible(&self, broker: i32, broker_epoch: i64) -> bool {
+        let image = self.image.read();
+        image
+            .brokers
+            .get(&broker)
+            .is_some_and(|b| !b.fenced && (broker_epoch < 0 || b.broker_epoch == broker_epoch))
+    }
+
     /// A broker's rack, if it has one.
     pub fn broker_rack(&self, id: i32) -> Option<String> {
         let image = self.image.read();

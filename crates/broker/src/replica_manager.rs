@@ -23,9 +23,14 @@ use crate::fetcher::FetcherManager;
 use crate::metadata_cache::MetadataCache;
 use crate::metrics::BrokerMetrics;
 use crate::partition::leader_state::{IsrChangeKind, IsrProposal};
-use crate::partition::{IsrCommit, IsrListener, Partition, RoleChange, TopicPartition};
+use crate::partition::{
+    FollowerFetch, IsrCommit, IsrListener, Partition, RoleChange, TopicPartition,
+};
 use crate::server::Responder;
 use crate::topic_config::TopicConfig;
+
+/// How often the partitions' ISR shrink checks are polled.
+const SHRINK_POLL: Duration = Duration::from_millis(100);
 
 /// Longest a fetch may be held, whatever it asks for.
 const MAX_FETCH_WAIT: Duration = Duration::from_secs(300);
@@ -398,6 +403,7 @@ impl ReplicaManager {
         response: &pb::FetchResponse,
     ) {
         let now = Instant::now();
+        let eligible = self.metadata.is_eligible(req.replica_id, req.replica_epoch);
         for s in statuses {
             let out = &response.responses[s.topic_index].partitions[s.partition_index];
             if out.error_code != ErrorCode::None as i32 || out.diverging_epoch.is_some() {
@@ -410,14 +416,15 @@ impl ReplicaManager {
                 continue;
             };
             let leo = s.partition.log_end_offset();
-            let Some(outcome) = s.partition.record_follower_fetch(
-                now,
-                req.replica_id,
-                req.replica_epoch,
-                s.fetch_offset,
-                leo.max(s.fetch_offset),
-                epoch,
-            ) else {
+            let fetch = FollowerFetch {
+                follower_id: req.replica_id,
+                broker_epoch: req.replica_epoch,
+                fetch_offset: s.fetch_offset,
+                leader_leo: leo.max(s.fetch_offset),
+                request_epoch: epoch,
+                eligible,
+            };
+            let Some(outcome) = s.partition.record_follower_fetch(now, &fetch) else {
                 continue;
             };
             if outcome.high_watermark_advanced {
@@ -467,7 +474,7 @@ impl ReplicaManager {
             return;
         };
         let failed = result.as_ref().err().copied();
-        let commit = partition.on_alter_partition_result(result.clone());
+        let commit = partition.on_alter_partition_result(result.clone(), Instant::now());
         match (commit, failed) {
             (Some(c), _) => self.on_isr_commit(&partition, c),
             (None, Some(code)) => {
@@ -494,15 +501,9 @@ impl ReplicaManager {
         }
     }
 
-    /// How often to run the shrink check: half the smallest lag time in use.
+    /// How often to poll the partitions' shrink checks (each runs at its own pace).
     pub fn shrink_check_interval(&self) -> Duration {
-        let broker = Duration::from_millis(self.config.replica_lag_time_max_ms);
-        let mut smallest = broker;
-        let topics: Vec<Arc<str>> = self.partitions.read().keys().cloned().collect();
-        for t in topics {
-            smallest = smallest.min(self.topic_config(&t).replica_lag_time_max);
-        }
-        (smallest / 2).max(Duration::from_millis(1))
+        (Duration::from_millis(self.config.replica_lag_time_max_ms) / 2).min(SHRINK_POLL)
     }
 
     // --- ListOffsets / OffsetsForLeaderEpoch ---

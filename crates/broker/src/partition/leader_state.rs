@@ -83,7 +83,12 @@ pub struct LeaderState {
     followers: Vec<FollowerState>,
     min_insync_replicas: usize,
     lag_time_max: Duration,
+    /// No new proposal before this (after a failed one).
+    retry_after: Option<Instant>,
 }
+
+/// Pause after a failed ISR change before the next proposal.
+pub const ISR_RETRY_BACKOFF: Duration = Duration::from_millis(500);
 
 /// Parameters of [`LeaderState::new`].
 #[derive(Debug, Clone)]
@@ -132,6 +137,7 @@ impl LeaderState {
             followers,
             min_insync_replicas: p.min_insync_replicas.max(1),
             lag_time_max: p.lag_time_max,
+            retry_after: None,
         };
         // An ISR of one (or of followers known to be caught up) commits at once: a
         // new sole leader must not hide its own records behind a stale HW.
@@ -226,7 +232,9 @@ impl LeaderState {
     }
 
     /// A follower fetch at `fetch_offset` (its LEO) arrived while the leader's LEO is
-    /// `leader_leo`. Returns `None` if `follower_id` is not a replica.
+    /// `leader_leo`. `eligible`: the metadata shows the follower's broker unfenced in
+    /// the epoch it fetched with (the controller would refuse it in the ISR
+    /// otherwise). Returns `None` if `follower_id` is not a replica.
     pub fn on_follower_fetch(
         &mut self,
         now: Instant,
@@ -234,6 +242,7 @@ impl LeaderState {
         broker_epoch: i64,
         fetch_offset: i64,
         leader_leo: i64,
+        eligible: bool,
     ) -> Option<FollowerFetchOutcome> {
         let high_watermark_to_send = self.high_watermark;
         let f = self
@@ -257,7 +266,11 @@ impl LeaderState {
         }
         f.last_fetch = Some((now, leader_leo));
 
-        let expand = self.maybe_expand(now, follower_id, leader_leo);
+        let expand = if eligible {
+            self.maybe_expand(now, follower_id, leader_leo)
+        } else {
+            None
+        };
         let high_watermark_advanced = self.maybe_advance_high_watermark(leader_leo);
         self.check_invariants(leader_leo);
         Some(FollowerFetchOutcome {
@@ -275,7 +288,7 @@ impl LeaderState {
     }
 
     fn maybe_expand(&mut self, now: Instant, id: i32, leader_leo: i64) -> Option<IsrProposal> {
-        if self.pending.is_some() || self.isr.contains(&id) {
+        if self.pending.is_some() || self.isr.contains(&id) || self.backing_off(now) {
             return None;
         }
         let f = self.follower(id)?;
@@ -308,7 +321,7 @@ impl LeaderState {
     /// The periodic check (every lag time / 2): proposes removing each ISR follower
     /// that has not caught up within the lag time and is behind the leader's LEO.
     pub fn maybe_shrink(&mut self, now: Instant, leader_leo: i64) -> Option<IsrProposal> {
-        if self.pending.is_some() {
+        if self.pending.is_some() || self.backing_off(now) {
             return None;
         }
         let out: Vec<(i32, i64, i64)> = self
@@ -388,10 +401,17 @@ impl LeaderState {
         advanced
     }
 
-    /// The proposal failed; the leader may propose again at its next check.
-    pub fn on_isr_change_failed(&mut self, leader_leo: i64) -> bool {
+    /// The proposal failed; the leader proposes again after a pause, so a refused
+    /// change (e.g. a replica the controller deems ineligible) is not re-sent on
+    /// every fetch.
+    pub fn on_isr_change_failed(&mut self, leader_leo: i64, now: Instant) -> bool {
         self.pending = None;
+        self.retry_after = Some(now + ISR_RETRY_BACKOFF);
         self.maybe_advance_high_watermark(leader_leo)
+    }
+
+    fn backing_off(&self, now: Instant) -> bool {
+        self.retry_after.is_some_and(|t| now < t)
     }
 
     /// Adopts the minimum ISR size of a changed topic config.
@@ -504,16 +524,20 @@ mod tests {
         let mut s = leader(&[1, 2, 3], 100, 100, 1, t0);
         // Leader appended up to 110; followers fetch at 100 (they have nothing new).
         assert!(!s.on_leader_append(110));
-        let o = s.on_follower_fetch(t0, 2, 20, 100, 110).unwrap();
+        let o = s.on_follower_fetch(t0, 2, 20, 100, 110, true).unwrap();
         assert_eq!(o.high_watermark_to_send, 100);
         assert!(!o.high_watermark_advanced);
-        s.on_follower_fetch(t0, 3, 30, 100, 110).unwrap();
+        s.on_follower_fetch(t0, 3, 30, 100, 110, true).unwrap();
         // Follower 2's next fetch at 110 says it has the records: HW still waits for 3.
-        let o = s.on_follower_fetch(t0 + ms(1), 2, 20, 110, 110).unwrap();
+        let o = s
+            .on_follower_fetch(t0 + ms(1), 2, 20, 110, 110, true)
+            .unwrap();
         assert!(!o.high_watermark_advanced);
         assert_eq!(s.high_watermark(), 100);
         // acks=all completes only when the followers' *next* fetch arrives.
-        let o = s.on_follower_fetch(t0 + ms(2), 3, 30, 110, 110).unwrap();
+        let o = s
+            .on_follower_fetch(t0 + ms(2), 3, 30, 110, 110, true)
+            .unwrap();
         assert!(o.high_watermark_advanced);
         assert_eq!(
             o.high_watermark_to_send, 100,
@@ -527,9 +551,9 @@ mod tests {
     fn high_watermark_never_moves_backwards() {
         let t0 = Instant::now();
         let mut s = leader(&[1, 2], 50, 50, 1, t0);
-        s.on_follower_fetch(t0, 2, 20, 50, 60).unwrap();
+        s.on_follower_fetch(t0, 2, 20, 50, 60, true).unwrap();
         // A restarted follower reports a smaller LEO.
-        s.on_follower_fetch(t0, 2, 21, 30, 60).unwrap();
+        s.on_follower_fetch(t0, 2, 21, 30, 60, true).unwrap();
         assert_eq!(s.high_watermark(), 50);
     }
 
@@ -568,7 +592,7 @@ mod tests {
         assert_eq!(s.high_watermark(), 0);
         assert_eq!(s.check_enough_replicas(), Err(1));
         // Back to two in sync: it advances again.
-        s.on_follower_fetch(t0, 2, 20, 5, 5).unwrap();
+        s.on_follower_fetch(t0, 2, 20, 5, 5, true).unwrap();
         let proposal = s.pending().cloned().unwrap();
         assert_eq!(proposal.isr, vec![1, 2]);
         assert!(s.on_isr_committed(vec![1, 2], 8, 5));
@@ -580,7 +604,7 @@ mod tests {
         // Kafka's PartitionTest: "shrink not done if previous fetch caught up".
         let t0 = Instant::now();
         let mut s = leader(&[1, 2, 3], 0, 0, 1, t0);
-        s.on_follower_fetch(t0, 3, 30, 0, 0).unwrap();
+        s.on_follower_fetch(t0, 3, 30, 0, 0, true).unwrap();
         // Steady small produces: at every fetch the leader is one batch ahead.
         let mut leo = 0;
         let mut t = t0;
@@ -589,8 +613,8 @@ mod tests {
             leo += 10;
             t += ms(1_000);
             // Follower 2 always has what the leader had at its previous fetch.
-            s.on_follower_fetch(t, 2, 20, prev, leo).unwrap();
-            s.on_follower_fetch(t, 3, 30, prev, leo).unwrap();
+            s.on_follower_fetch(t, 2, 20, prev, leo, true).unwrap();
+            s.on_follower_fetch(t, 3, 30, prev, leo, true).unwrap();
         }
         assert_eq!(
             s.maybe_shrink(t, leo),
@@ -603,12 +627,12 @@ mod tests {
     fn shrink_after_the_lag_time_only() {
         let t0 = Instant::now();
         let mut s = leader(&[1, 2, 3], 0, 0, 1, t0);
-        s.on_follower_fetch(t0, 2, 20, 0, 0).unwrap();
-        s.on_follower_fetch(t0, 3, 30, 0, 0).unwrap();
+        s.on_follower_fetch(t0, 2, 20, 0, 0, true).unwrap();
+        s.on_follower_fetch(t0, 3, 30, 0, 0, true).unwrap();
         s.on_leader_append(100);
         // Follower 3 keeps fetching; follower 2 went silent.
         for i in 1..=10 {
-            s.on_follower_fetch(t0 + ms(i * 1_000), 3, 30, 100, 100)
+            s.on_follower_fetch(t0 + ms(i * 1_000), 3, 30, 100, 100, true)
                 .unwrap();
         }
         assert_eq!(
@@ -628,7 +652,7 @@ mod tests {
     fn idle_partition_with_caught_up_follower_does_not_shrink() {
         let t0 = Instant::now();
         let mut s = leader(&[1, 2], 100, 100, 1, t0);
-        s.on_follower_fetch(t0, 2, 20, 100, 100).unwrap();
+        s.on_follower_fetch(t0, 2, 20, 100, 100, true).unwrap();
         // No fetch for a long time, but it has everything the leader has.
         assert_eq!(s.maybe_shrink(t0 + LAG * 3, 100), None);
     }
@@ -637,16 +661,20 @@ mod tests {
     fn no_expand_or_second_proposal_while_a_change_is_in_flight() {
         let t0 = Instant::now();
         let mut s = leader(&[1, 2], 100, 100, 1, t0);
-        s.on_follower_fetch(t0, 2, 20, 100, 100).unwrap();
+        s.on_follower_fetch(t0, 2, 20, 100, 100, true).unwrap();
         let p = s.maybe_shrink(t0 + LAG * 2, 200);
         assert!(p.is_some());
         // Follower 3 catches up while the shrink is pending: no expand yet.
-        let o = s.on_follower_fetch(t0 + LAG * 2, 3, 30, 200, 200).unwrap();
+        let o = s
+            .on_follower_fetch(t0 + LAG * 2, 3, 30, 200, 200, true)
+            .unwrap();
         assert_eq!(o.expand, None);
         assert_eq!(s.maybe_shrink(t0 + LAG * 3, 200), None);
         // Committed: now it may expand.
         s.on_isr_committed(vec![1], 8, 200);
-        let o = s.on_follower_fetch(t0 + LAG * 3, 3, 30, 200, 200).unwrap();
+        let o = s
+            .on_follower_fetch(t0 + LAG * 3, 3, 30, 200, 200, true)
+            .unwrap();
         assert_eq!(o.expand.unwrap().new_isr, vec![1, 3]);
     }
 
@@ -656,13 +684,13 @@ mod tests {
         // Became leader at LEO 100 with HW 80.
         let mut s = leader(&[1, 2], 100, 80, 1, t0);
         // Follower 3 has 90: ≥ HW but below the start of the leader's epoch.
-        let o = s.on_follower_fetch(t0, 3, 30, 90, 100).unwrap();
+        let o = s.on_follower_fetch(t0, 3, 30, 90, 100, true).unwrap();
         assert_eq!(o.expand, None);
         // Below HW: no.
-        let o = s.on_follower_fetch(t0, 3, 30, 70, 100).unwrap();
+        let o = s.on_follower_fetch(t0, 3, 30, 70, 100, true).unwrap();
         assert_eq!(o.expand, None);
         // At the epoch start and ≥ HW: yes.
-        let o = s.on_follower_fetch(t0, 3, 30, 100, 100).unwrap();
+        let o = s.on_follower_fetch(t0, 3, 30, 100, 100, true).unwrap();
         let p = o.expand.unwrap();
         assert_eq!(p.kind, IsrChangeKind::Expand);
         assert_eq!(p.new_isr, vec![1, 2, 3]);
@@ -675,10 +703,12 @@ mod tests {
         let mut s = leader(&[1], 100, 100, 2, t0);
         s.on_leader_append(200);
         // Follower 2 is at HW (100) but far behind the LEO and never caught up.
-        let o = s.on_follower_fetch(t0, 2, 20, 100, 200).unwrap();
+        let o = s.on_follower_fetch(t0, 2, 20, 100, 200, true).unwrap();
         assert_eq!(o.expand, None);
         // Once caught up with the LEO it may rejoin.
-        let o = s.on_follower_fetch(t0 + ms(5), 2, 20, 200, 200).unwrap();
+        let o = s
+            .on_follower_fetch(t0 + ms(5), 2, 20, 200, 200, true)
+            .unwrap();
         assert!(o.expand.is_some());
     }
 
@@ -686,14 +716,14 @@ mod tests {
     fn maximal_isr_holds_the_high_watermark_during_an_expand() {
         let t0 = Instant::now();
         let mut s = leader(&[1, 2], 100, 100, 1, t0);
-        s.on_follower_fetch(t0, 2, 20, 100, 100).unwrap();
-        let o = s.on_follower_fetch(t0, 3, 30, 100, 100).unwrap();
+        s.on_follower_fetch(t0, 2, 20, 100, 100, true).unwrap();
+        let o = s.on_follower_fetch(t0, 3, 30, 100, 100, true).unwrap();
         assert!(o.expand.is_some());
         s.on_leader_append(150);
-        s.on_follower_fetch(t0, 2, 20, 150, 150).unwrap();
+        s.on_follower_fetch(t0, 2, 20, 150, 150, true).unwrap();
         // 3 is in the proposed ISR but still at 100: HW must not pass it.
         assert_eq!(s.high_watermark(), 100);
-        s.on_follower_fetch(t0, 3, 30, 150, 150).unwrap();
+        s.on_follower_fetch(t0, 3, 30, 150, 150, true).unwrap();
         assert_eq!(s.high_watermark(), 150);
     }
 
@@ -705,23 +735,63 @@ mod tests {
         assert!(!s.on_isr_committed(vec![1], 6, 10));
         assert_eq!(s.isr(), &[1, 2, 3]);
         assert!(s.pending().is_some());
-        s.on_isr_change_failed(10);
+        s.on_isr_change_failed(10, t0);
         assert!(s.pending().is_none());
+    }
+
+    #[test]
+    fn ineligible_followers_are_not_proposed_and_refusals_back_off() {
+        let t0 = Instant::now();
+        let mut s = leader(&[1, 2], 100, 100, 1, t0);
+        // Caught up, but fenced (or fetching with a stale broker epoch).
+        let o = s.on_follower_fetch(t0, 3, 30, 100, 100, false).unwrap();
+        assert_eq!(o.expand, None);
+        // Eligible: proposed; the controller refuses; no new proposal on every fetch.
+        assert!(s
+            .on_follower_fetch(t0, 3, 30, 100, 100, true)
+            .unwrap()
+            .expand
+            .is_some());
+        s.on_isr_change_failed(100, t0);
+        let soon = t0 + ISR_RETRY_BACKOFF / 2;
+        assert_eq!(
+            s.on_follower_fetch(soon, 3, 30, 100, 100, true)
+                .unwrap()
+                .expand,
+            None
+        );
+        let later = t0 + ISR_RETRY_BACKOFF;
+        assert!(s
+            .on_follower_fetch(later, 3, 30, 100, 100, true)
+            .unwrap()
+            .expand
+            .is_some());
+    }
+
+    #[test]
+    fn a_refused_shrink_is_proposed_again_after_the_backoff() {
+        let t0 = Instant::now();
+        let mut s = leader(&[1, 2], 100, 100, 1, t0);
+        let t1 = t0 + LAG * 2;
+        assert!(s.maybe_shrink(t1, 300).is_some());
+        s.on_isr_change_failed(300, t1);
+        assert_eq!(s.maybe_shrink(t1 + ISR_RETRY_BACKOFF / 2, 300), None);
+        assert!(s.maybe_shrink(t1 + ISR_RETRY_BACKOFF, 300).is_some());
     }
 
     #[test]
     fn unknown_replica_fetch_is_refused() {
         let t0 = Instant::now();
         let mut s = leader(&[1, 2, 3], 0, 0, 1, t0);
-        assert_eq!(s.on_follower_fetch(t0, 9, 1, 0, 0), None);
+        assert_eq!(s.on_follower_fetch(t0, 9, 1, 0, 0, true), None);
     }
 
     #[test]
     fn acked_isr_names_only_members_with_the_records() {
         let t0 = Instant::now();
         let mut s = leader(&[1, 2, 3], 10, 10, 1, t0);
-        s.on_follower_fetch(t0, 2, 20, 20, 20).unwrap();
-        s.on_follower_fetch(t0, 3, 30, 15, 20).unwrap();
+        s.on_follower_fetch(t0, 2, 20, 20, 20, true).unwrap();
+        s.on_follower_fetch(t0, 3, 30, 15, 20, true).unwrap();
         assert_eq!(s.acked_isr(20), vec![1, 2]);
         assert_eq!(s.acked_isr(15), vec![1, 2, 3]);
     }

@@ -59,6 +59,23 @@ pub struct ReadResult {
     pub diverging_epoch: Option<(i32, i64)>,
 }
 
+/// A follower's fetch, as the leader records it.
+#[derive(Debug, Clone, Copy)]
+pub struct FollowerFetch {
+    pub follower_id: i32,
+    /// The broker epoch it fetched with (-1 unknown).
+    pub broker_epoch: i64,
+    /// Its log end offset.
+    pub fetch_offset: i64,
+    /// The leader's log end offset when the fetch was read.
+    pub leader_leo: i64,
+    /// The leader epoch the fetch was validated against.
+    pub request_epoch: i32,
+    /// The controller would accept the follower into the ISR (unfenced, current
+    /// broker epoch).
+    pub eligible: bool,
+}
+
 /// A leader append.
 #[derive(Debug, Clone)]
 pub struct LeaderAppend {
@@ -119,6 +136,8 @@ struct State {
     leader: Option<LeaderState>,
     /// This replica's high watermark while it is not leader.
     follower_high_watermark: i64,
+    /// When the leader's next ISR shrink check is due (None: at the next poll).
+    next_shrink_check: Option<Instant>,
     config: TopicConfig,
 }
 
@@ -192,6 +211,7 @@ impl Partition {
                 isr: Vec::new(),
                 leader: None,
                 follower_high_watermark: hw,
+                next_shrink_check: None,
                 config,
             }),
             log_end_offset: AtomicI64::new(leo),
@@ -470,19 +490,21 @@ impl Partition {
     pub fn record_follower_fetch(
         &self,
         now: Instant,
-        follower_id: i32,
-        broker_epoch: i64,
-        fetch_offset: i64,
-        leader_leo: i64,
-        request_epoch: i32,
+        f: &FollowerFetch,
     ) -> Option<FollowerFetchOutcome> {
         let mut st = self.state.lock();
-        if st.leader_epoch != request_epoch {
+        if st.leader_epoch != f.request_epoch {
             return None;
         }
         let leader = st.leader.as_mut()?;
-        let outcome =
-            leader.on_follower_fetch(now, follower_id, broker_epoch, fetch_offset, leader_leo)?;
+        let outcome = leader.on_follower_fetch(
+            now,
+            f.follower_id,
+            f.broker_epoch,
+            f.fetch_offset,
+            f.leader_leo,
+            f.eligible,
+        )?;
         if outcome.high_watermark_advanced {
             self.set_high_watermark(leader.high_watermark());
         }
@@ -563,17 +585,28 @@ impl Partition {
 
     // --- leader: ISR ---
 
-    /// The periodic ISR shrink check.
+    /// The periodic ISR shrink check, every `replica.lag.time.max.ms / 2` of this
+    /// partition's topic (the broker polls more often; each partition keeps its own
+    /// pace, so a topic's shorter lag time applies from the moment it is known).
     pub fn maybe_shrink_isr(&self, now: Instant) -> Option<IsrProposal> {
         let mut st = self.state.lock();
         let leo = self.log_end_offset();
-        st.leader.as_mut()?.maybe_shrink(now, leo)
+        let due = st.next_shrink_check.is_none_or(|t| now >= t);
+        let leader = st.leader.as_mut()?;
+        if !due {
+            return None;
+        }
+        let next = now + leader.lag_time_max() / 2;
+        let proposal = leader.maybe_shrink(now, leo);
+        st.next_shrink_check = Some(next);
+        proposal
     }
 
     /// The controller answered our AlterPartition.
     pub fn on_alter_partition_result(
         &self,
         result: Result<(Vec<i32>, i32, i32), ErrorCode>,
+        now: Instant,
     ) -> Option<IsrCommit> {
         let mut st = self.state.lock();
         let leo = self.log_end_offset();
@@ -590,11 +623,11 @@ impl Partition {
                 Some(commit)
             }
             Ok(_) => {
-                leader.on_isr_change_failed(leo);
+                leader.on_isr_change_failed(leo, now);
                 None
             }
             Err(_) => {
-                let advanced = leader.on_isr_change_failed(leo);
+                let advanced = leader.on_isr_change_failed(leo, now);
                 if advanced {
                     self.set_high_watermark(leader.high_watermark());
                 }
@@ -671,6 +704,7 @@ impl Partition {
                 now,
             );
             self.set_high_watermark(leader.high_watermark());
+            st.next_shrink_check = Some(now + config.replica_lag_time_max / 2);
             st.leader = Some(leader);
             tracing::info!(
                 partition = %self.tp, leader_epoch = ps.leader_epoch, isr = ?ps.isr,
@@ -705,6 +739,11 @@ impl Partition {
     fn apply_config(&self, st: &mut State, config: TopicConfig) {
         let leo = self.log_end_offset();
         if let Some(l) = st.leader.as_mut() {
+            if l.lag_time_max() != config.replica_lag_time_max {
+                // Re-paced at the next poll.
+                st.next_shrink_check = None;
+            }
+            let l = st.leader.as_mut().expect("checked above");
             l.set_lag_time_max(config.replica_lag_time_max);
             if l.set_min_insync_replicas(config.min_insync_replicas, leo) {
                 self.set_high_watermark(l.high_watermark());
