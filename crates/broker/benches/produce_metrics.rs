@@ -81,14 +81,21 @@ fn leader_partition(dir: &std::path::Path, index: i32) -> Partition {
          controller_quorum_voters = \"1@127.0.0.1:9092\"\n",
     )
     .expect("broker config");
-    let configs: HashMap<String, String> = [("segment.bytes", "8388608"), ("retention.bytes", "8388608")]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+    let configs: HashMap<String, String> =
+        [("segment.bytes", "8388608"), ("retention.bytes", "8388608")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
     let config = TopicConfig::resolve(&broker, "bench", &configs);
     let listener: IsrListener = Arc::new(|_: &TopicPartition, _: IsrChangeKind, _: &[i32]| {});
-    let p = Partition::open(dir, TopicPartition::new("bench", index), 1, config.clone(), listener)
-        .expect("open partition");
+    let p = Partition::open(
+        dir,
+        TopicPartition::new("bench", index),
+        1,
+        config.clone(),
+        listener,
+    )
+    .expect("open partition");
     let state = pb::PartitionState {
         topic: "bench".into(),
         partition: index,
@@ -324,6 +331,11 @@ fn main() {
         })
     });
     criterion.final_summary();
+    // `cargo test --benches` runs each benchmark once as a test (criterion's test
+    // mode, without `--bench`): no summary to print then.
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
 
     let batch_bytes = request_frame(0).len();
     println!(

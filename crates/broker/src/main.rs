@@ -1,5 +1,6 @@
 //! `synclined`: the syncline broker daemon.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -24,6 +25,9 @@ fn main() -> ExitCode {
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
         .with_target(false)
+        // Colours only for a person at a terminal: in a log file, escape codes
+        // would split `key=value` fields and defeat grep.
+        .with_ansi(std::io::stdout().is_terminal())
         .init();
     let config = match BrokerConfig::load(&args.config) {
         Ok(c) => c,
