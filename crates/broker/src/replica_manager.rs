@@ -24,7 +24,7 @@ use crate::metadata_cache::MetadataCache;
 use crate::metrics::BrokerMetrics;
 use crate::partition::leader_state::{IsrChangeKind, IsrProposal};
 use crate::partition::{
-    FollowerFetch, IsrCommit, IsrListener, Partition, RoleChange, TopicPartition,
+    FollowerFetch, IsrCommit, IsrListener, LeaderAppend, Partition, RoleChange, TopicPartition,
 };
 use crate::server::Responder;
 use crate::topic_config::TopicConfig;
@@ -43,6 +43,9 @@ pub struct IsrRequest {
     pub tp: TopicPartition,
     pub proposal: IsrProposal,
 }
+
+/// A refused append: the code, and the partition when known (for the leader hint).
+type AppendError = (ErrorCode, Option<Arc<Partition>>);
 
 /// Hosted partitions by topic, then index (looked up by `&str` without allocating).
 type PartitionMap = HashMap<Arc<str>, HashMap<i32, Arc<Partition>>>;
@@ -238,15 +241,15 @@ impl ReplicaManager {
         }
     }
 
-    #[allow(clippy::type_complexity)]
+    /// Validates and appends one partition's batches. The error carries the
+    /// partition, when known, for the leader hint in the answer.
     fn append_one(
         &self,
         topic: &str,
         p: &pb::ProducePartition,
         acks: i32,
         now_ms: i64,
-    ) -> Result<(Arc<Partition>, crate::partition::LeaderAppend), (ErrorCode, Option<Arc<Partition>>)>
-    {
+    ) -> Result<(Arc<Partition>, LeaderAppend), AppendError> {
         let partition = self
             .partition(topic, p.partition)
             .ok_or((ErrorCode::UnknownTopicOrPartition, None))?;
