@@ -764,12 +764,30 @@ mod tests {
     #[test]
     fn shipped_configs_are_valid() {
         for (name, text) in [
-            ("config/broker-1.toml", include_str!("../../../config/broker-1.toml")),
-            ("config/broker-2.toml", include_str!("../../../config/broker-2.toml")),
-            ("config/broker-3.toml", include_str!("../../../config/broker-3.toml")),
-            ("docker/broker-1.toml", include_str!("../../../docker/broker-1.toml")),
-            ("docker/broker-2.toml", include_str!("../../../docker/broker-2.toml")),
-            ("docker/broker-3.toml", include_str!("../../../docker/broker-3.toml")),
+            (
+                "config/broker-1.toml",
+                include_str!("../../../config/broker-1.toml"),
+            ),
+            (
+                "config/broker-2.toml",
+                include_str!("../../../config/broker-2.toml"),
+            ),
+            (
+                "config/broker-3.toml",
+                include_str!("../../../config/broker-3.toml"),
+            ),
+            (
+                "docker/broker-1.toml",
+                include_str!("../../../docker/broker-1.toml"),
+            ),
+            (
+                "docker/broker-2.toml",
+                include_str!("../../../docker/broker-2.toml"),
+            ),
+            (
+                "docker/broker-3.toml",
+                include_str!("../../../docker/broker-3.toml"),
+            ),
         ] {
             let c = BrokerConfig::parse(text).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(c.is_controller, c.node_id == 1, "{name}");
