@@ -33,6 +33,13 @@ pub(crate) enum Command {
     /// Describe the cluster.
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// Every broker's replication health from its Prometheus endpoint: ISR
+    /// shrinks/expands (totals and rates), under-replicated and under-min-ISR
+    /// partitions, offline partitions, fetcher lag.
+    Metrics(crate::metrics::MetricsArgs),
+    /// Load generators with the flags and output of Kafka's perf tools.
+    #[command(subcommand)]
+    Perf(crate::perf::PerfCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -106,6 +113,11 @@ pub(crate) struct ProduceArgs {
     /// partition across retries.
     #[arg(long, default_value_t = 1)]
     pub(crate) max_in_flight: usize,
+    /// Print a line per acknowledged record, `Partition:P<TAB>Offset:N<TAB>AckedBy:1,2,3`:
+    /// where it went and the replicas its acknowledgement rests on (with acks=all,
+    /// the ISR at the time).
+    #[arg(long)]
+    pub(crate) print_metadata: bool,
 }
 
 #[derive(Debug, Args)]

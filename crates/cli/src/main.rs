@@ -7,7 +7,9 @@ mod args;
 mod cluster;
 mod consume;
 mod errors;
+mod metrics;
 mod output;
+mod perf;
 mod produce;
 mod topic;
 
@@ -52,5 +54,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Produce(args) => produce::run(args, bootstrap).await,
         Command::Consume(args) => consume::run(args, bootstrap).await,
         Command::Cluster(command) => cluster::run(command, bootstrap).await,
+        Command::Metrics(args) => metrics::run(args, bootstrap).await,
+        Command::Perf(command) => perf::run(command, bootstrap).await,
     }
 }

@@ -99,6 +99,21 @@ fn plural<'a>(n: u64, one: &'a str, many: &'a str) -> &'a str {
     }
 }
 
+/// `produce --print-metadata`'s line for one acknowledged record.
+pub(crate) fn metadata_line(md: &RecordMetadata) -> String {
+    let mut isr = md.acked_isr.clone();
+    isr.sort_unstable();
+    let acked_by = if isr.is_empty() {
+        "-".to_string()
+    } else {
+        isr.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
+    };
+    format!(
+        "Partition:{}\tOffset:{}\tAckedBy:{acked_by}",
+        md.partition, md.offset
+    )
+}
+
 /// Splits a line into key and value at the first `separator`.
 pub(crate) fn split_line<'a>(
     line: &'a [u8],
@@ -117,6 +132,12 @@ fn strip_newline(line: &mut Vec<u8>) {
         if line.last() == Some(&b'\r') {
             line.pop();
         }
+    }
+}
+
+fn print_metadata(outcome: &Result<RecordMetadata, ProduceError>, enabled: bool) {
+    if let (true, Ok(md)) = (enabled, outcome) {
+        println!("{}", metadata_line(md));
     }
 }
 
@@ -183,11 +204,13 @@ pub(crate) async fn run(args: ProduceArgs, bootstrap: &str) -> Result<()> {
             }
         }
         while let Some(Some(outcome)) = pending.next().now_or_never() {
+            print_metadata(&outcome, args.print_metadata);
             tally.add(outcome, args.acks, ctx);
         }
     }
     producer.flush().await;
     while let Some(outcome) = pending.next().await {
+        print_metadata(&outcome, args.print_metadata);
         tally.add(outcome, args.acks, ctx);
     }
     producer.close().await;
@@ -269,6 +292,16 @@ mod tests {
             error.ends_with("\n7 of 10 records acknowledged (acks=all)"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn metadata_lines_name_partition_offset_and_acknowledging_replicas() {
+        let mut md = acked(&[3, 1], 3).unwrap();
+        md.partition = 2;
+        md.offset = 41;
+        assert_eq!(metadata_line(&md), "Partition:2\tOffset:41\tAckedBy:1,3");
+        md.acked_isr.clear();
+        assert_eq!(metadata_line(&md), "Partition:2\tOffset:41\tAckedBy:-");
     }
 
     #[test]

@@ -23,8 +23,44 @@ use crate::error::ProduceError;
 use crate::metadata::TopicPartition;
 use crate::record::{Header, RecordMetadata};
 
+/// What a callback given to [`crate::Producer::send_with_callback`] looks like.
+pub(crate) type Callback = Box<dyn FnOnce(Result<RecordMetadata, ProduceError>) + Send>;
+
 /// Where one record's outcome goes.
-pub(crate) type DeliverySender = oneshot::Sender<Result<RecordMetadata, ProduceError>>;
+pub(crate) enum DeliverySender {
+    /// A [`crate::DeliveryFuture`] waits on the other end.
+    Future(oneshot::Sender<Result<RecordMetadata, ProduceError>>),
+    /// Called on the sender task the moment the outcome is known (Kafka's send
+    /// callback): no task wake-up between the response and the caller's code.
+    Callback(Callback),
+}
+
+impl DeliverySender {
+    fn deliver(self, outcome: Result<RecordMetadata, ProduceError>) {
+        match self {
+            // The future may have been dropped: nobody wants the outcome then.
+            DeliverySender::Future(tx) => {
+                let _ = tx.send(outcome);
+            }
+            DeliverySender::Callback(f) => f(outcome),
+        }
+    }
+}
+
+impl std::fmt::Debug for DeliverySender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DeliverySender::Future(_) => "Future",
+            DeliverySender::Callback(_) => "Callback",
+        })
+    }
+}
+
+impl From<oneshot::Sender<Result<RecordMetadata, ProduceError>>> for DeliverySender {
+    fn from(tx: oneshot::Sender<Result<RecordMetadata, ProduceError>>) -> Self {
+        DeliverySender::Future(tx)
+    }
+}
 
 /// A record waiting in a batch.
 #[derive(Debug)]
@@ -156,15 +192,19 @@ impl ProducerBatch {
         self.created_at + delivery_timeout
     }
 
+    // Outcomes are delivered before the accumulator hears the batch is complete
+    // ([`Accumulator::completed`]): `flush` returns only once every callback of
+    // its records has run and every future is resolved, as in Kafka.
+
     /// Acknowledges every record: offsets are `base_offset` + the record's index.
-    pub(crate) fn complete(self, response: &pb::ProducePartitionResponse) {
-        for (index, record) in self.records.into_iter().enumerate() {
+    pub(crate) fn complete(&mut self, response: &pb::ProducePartitionResponse) {
+        for (index, record) in std::mem::take(&mut self.records).into_iter().enumerate() {
             let timestamp = if response.log_append_time_ms > 0 {
                 response.log_append_time_ms
             } else {
                 record.timestamp
             };
-            let _ = record.done.send(Ok(RecordMetadata {
+            record.done.deliver(Ok(RecordMetadata {
                 topic: self.tp.topic.clone(),
                 partition: self.tp.partition,
                 offset: response.base_offset + index as i64,
@@ -176,9 +216,9 @@ impl ProducerBatch {
     }
 
     /// Completes every record of an `acks=0` batch: sent, offsets unknown.
-    pub(crate) fn complete_unacknowledged(self) {
-        for record in self.records {
-            let _ = record.done.send(Ok(RecordMetadata {
+    pub(crate) fn complete_unacknowledged(&mut self) {
+        for record in std::mem::take(&mut self.records) {
+            record.done.deliver(Ok(RecordMetadata {
                 topic: self.tp.topic.clone(),
                 partition: self.tp.partition,
                 offset: -1,
@@ -190,9 +230,9 @@ impl ProducerBatch {
     }
 
     /// Fails every record with `error`.
-    pub(crate) fn fail(self, error: &ProduceError) {
-        for record in self.records {
-            let _ = record.done.send(Err(error.clone()));
+    pub(crate) fn fail(&mut self, error: &ProduceError) {
+        for record in std::mem::take(&mut self.records) {
+            record.done.deliver(Err(error.clone()));
         }
     }
 }
@@ -268,17 +308,35 @@ impl Accumulator {
             .is_some_and(|b| b.fits(record, self.config.batch_size))
     }
 
+    /// Closes `tp`'s open batch to further records, making it sendable now; true
+    /// if there was one. For a batch a record did not fit in while the next batch
+    /// starts on another partition (the sticky partitioner moving on): as full as
+    /// it gets, it must not wait out `linger_ms` (Kafka closes it for appends too).
+    pub(crate) fn close_open_batch(&mut self, tp: &TopicPartition) -> bool {
+        match self.queues.get_mut(tp).and_then(|q| q.back_mut()) {
+            Some(batch) if batch.is_open() => {
+                batch.close();
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Appends a record to the partition's open batch, or to a new one.
     pub(crate) fn append(
         &mut self,
         tp: &TopicPartition,
         record: RecordFields<'_>,
         reservation: Reservation,
-        done: DeliverySender,
+        done: impl Into<DeliverySender>,
         now: Instant,
     ) -> Appended {
         let batch_size = self.config.batch_size;
-        let queue = self.queues.entry(tp.clone()).or_default();
+        // Look up before inserting: the key is cloned only for a new partition.
+        if !self.queues.contains_key(tp) {
+            self.queues.insert(tp.clone(), VecDeque::new());
+        }
+        let queue = self.queues.get_mut(tp).expect("just ensured");
         let new_batch = !queue.back().is_some_and(|b| b.fits(&record, batch_size));
         if new_batch {
             if let Some(last) = queue.back_mut() {
@@ -306,7 +364,7 @@ impl Accumulator {
         );
         batch.records.push(PendingRecord {
             timestamp: record.timestamp,
-            done,
+            done: done.into(),
         });
         batch._reservation.merge(reservation);
         let batch_full =
@@ -431,13 +489,21 @@ impl Accumulator {
             .push_front(batch);
     }
 
-    /// A batch is done (acknowledged or failed).
+    /// A batch sent or retried is done (acknowledged or failed), its outcomes
+    /// delivered.
     pub(crate) fn completed(&mut self, batch: &ProducerBatch) {
         self.muted.remove(&batch.tp);
         self.incomplete.remove(&batch.id);
     }
 
-    /// Removes the queued batches past their delivery timeout.
+    /// An expired batch's outcomes are delivered. Unlike [`Accumulator::completed`]
+    /// its partition stays muted: it never was in flight, another batch may be.
+    pub(crate) fn expired_done(&mut self, batch: &ProducerBatch) {
+        self.incomplete.remove(&batch.id);
+    }
+
+    /// Removes the queued batches past their delivery timeout; they stay
+    /// incomplete until [`Accumulator::expired_done`].
     pub(crate) fn expire(&mut self, now: Instant) -> Vec<ProducerBatch> {
         let timeout = self.config.delivery_timeout;
         let mut expired = Vec::new();
@@ -447,9 +513,6 @@ impl Accumulator {
             }
         }
         self.queues.retain(|_, q| !q.is_empty());
-        for b in &expired {
-            self.incomplete.remove(&b.id);
-        }
         expired
     }
 
@@ -573,6 +636,29 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_batch_closed_when_the_partitioner_moves_on_is_sendable_before_linger() {
+        let mut acc = Accumulator::new(config());
+        let t0 = Instant::now();
+        let tp = TopicPartition::new("t", 0);
+        push(&mut acc, &tp, &value(100), t0);
+        let next = RecordFields {
+            timestamp: 1_000,
+            key: None,
+            value: Some(&[b'x'; 100]),
+            headers: &[],
+        };
+        assert!(acc.would_start_batch(&tp, &next));
+        assert!(acc.ready(t0, leaders).brokers.is_empty(), "lingering");
+        assert!(acc.close_open_batch(&tp));
+        assert_eq!(acc.ready(t0, leaders).brokers, BTreeSet::from([1]));
+        assert!(!acc.close_open_batch(&tp), "already closed");
+        assert!(!acc.close_open_batch(&TopicPartition::new("t", 5)));
+        // The partition's next record starts a new batch behind the closed one.
+        let (a, _r) = push(&mut acc, &tp, &value(10), t0);
+        assert!(a.new_batch);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn record_larger_than_batch_size_gets_its_own_batch() {
         let mut acc = Accumulator::new(config());
         let t0 = Instant::now();
@@ -675,12 +761,18 @@ mod tests {
         assert!(acc.expire(t0 + 999 * MS).is_empty());
         let expired = acc.expire(t0 + 1000 * MS);
         assert_eq!(expired.len(), 1);
-        assert!(acc.all_complete() && acc.is_empty());
+        assert!(acc.is_empty());
+        // Incomplete (a flush still waits) until its outcomes are delivered.
+        assert!(!acc.all_complete());
         let err = ProduceError::DeliveryTimeout {
             timeout_ms: 1000,
             last_error: None,
         };
-        expired.into_iter().for_each(|b| b.fail(&err));
+        for mut b in expired {
+            b.fail(&err);
+            acc.expired_done(&b);
+        }
+        assert!(acc.all_complete());
         assert!(matches!(
             rx.await.unwrap(),
             Err(ProduceError::DeliveryTimeout { .. })
@@ -695,8 +787,7 @@ mod tests {
         let rxs: Vec<Receiver> = (0..3)
             .map(|i| push(&mut acc, &tp, &value(i + 1), t0).1)
             .collect();
-        let batch = acc.drain(1, leaders, 1 << 20, t0 + 5 * MS).pop().unwrap();
-        acc.completed(&batch);
+        let mut batch = acc.drain(1, leaders, 1 << 20, t0 + 5 * MS).pop().unwrap();
         batch.complete(&pb::ProducePartitionResponse {
             partition: 0,
             base_offset: 40,
@@ -733,9 +824,11 @@ mod tests {
             acc.append(&tp, fields, r, tx, t0);
         }
         assert_eq!(pool.available(), 800);
-        let batch = acc.drain(1, leaders, 1 << 20, t0 + 5 * MS).pop().unwrap();
+        let mut batch = acc.drain(1, leaders, 1 << 20, t0 + 5 * MS).pop().unwrap();
         assert_eq!(pool.available(), 800, "in flight still counts");
         batch.complete_unacknowledged();
+        acc.completed(&batch);
+        drop(batch);
         assert_eq!(pool.available(), 1000);
     }
 }

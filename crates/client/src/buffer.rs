@@ -83,6 +83,13 @@ impl BufferPool {
         if permits == 0 {
             return Ok(Reservation::empty());
         }
+        // Room now (the common case): no timer, no clock read. Fair all the same:
+        // while a send waits, released bytes go to it, not to this fast path.
+        if let Ok(permit) = self.semaphore.clone().try_acquire_many_owned(permits) {
+            return Ok(Reservation {
+                permit: Some(permit),
+            });
+        }
         let full = || ProduceError::BufferFull {
             size: bytes,
             max_block_ms: max_block.as_millis() as u64,

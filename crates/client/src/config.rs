@@ -52,6 +52,27 @@ impl ClientConfig {
         }
     }
 
+    /// Sets one setting by Kafka's name, dotted (`request.timeout.ms`) or with
+    /// underscores (`request_timeout_ms`), from its text form. `Ok(false)` means
+    /// the name is not a shared client setting (a producer or consumer one may
+    /// still take it).
+    pub fn set(&mut self, key: &str, value: &str) -> Result<bool, ClientError> {
+        match canonical(key).as_str() {
+            "bootstrap.servers" => self.bootstrap_servers = parse_bootstrap_servers(value),
+            "client.id" => self.client_id = value.trim().to_string(),
+            "request.timeout.ms" => self.request_timeout_ms = number(key, value)?,
+            "socket.connection.setup.timeout.ms" | "connect.timeout.ms" => {
+                self.connect_timeout_ms = number(key, value)?
+            }
+            "metadata.max.age.ms" => self.metadata_max_age_ms = number(key, value)?,
+            "retry.backoff.ms" => self.retry_backoff_ms = number(key, value)?,
+            "retry.backoff.max.ms" => self.retry_backoff_max_ms = number(key, value)?,
+            "max.frame.bytes" => self.max_frame_bytes = number(key, value)?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
     /// `request_timeout_ms` as a duration.
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.request_timeout_ms)
@@ -80,6 +101,46 @@ impl ClientConfig {
         Ok(())
     }
 }
+
+/// A setting name in Kafka's dotted form (`linger_ms` → `linger.ms`).
+fn canonical(key: &str) -> String {
+    key.trim().to_ascii_lowercase().replace('_', ".")
+}
+
+/// A setting's numeric value, or an error naming the setting.
+fn number<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, ClientError> {
+    value.trim().parse().map_err(|_| {
+        ClientError::Config(format!(
+            "{key} must be a non-negative whole number (got {value:?})"
+        ))
+    })
+}
+
+/// The error for a setting no client type knows.
+fn unknown_setting(key: &str, kind: &str, known: &[&str]) -> ClientError {
+    let hint = match canonical(key).as_str() {
+        "enable.idempotence" | "transactional.id" => {
+            " (the idempotent producer does not exist yet)".to_string()
+        }
+        "compression.type" => " (batches are sent uncompressed)".to_string(),
+        "group.id" | "enable.auto.commit" | "auto.commit.interval.ms" => {
+            " (there are no consumer groups: the consumer is assigned partitions)".to_string()
+        }
+        _ => format!("; {kind} settings are: {}", known.join(", ")),
+    };
+    ClientError::Config(format!("unknown {kind} setting {key:?}{hint}"))
+}
+
+const CLIENT_SETTINGS: &[&str] = &[
+    "bootstrap.servers",
+    "client.id",
+    "request.timeout.ms",
+    "socket.connection.setup.timeout.ms",
+    "metadata.max.age.ms",
+    "retry.backoff.ms",
+    "retry.backoff.max.ms",
+    "max.frame.bytes",
+];
 
 /// Splits `a:1,b:2` into addresses, ignoring blanks.
 pub fn parse_bootstrap_servers(list: &str) -> Vec<String> {
@@ -189,6 +250,45 @@ impl ProducerConfig {
         }
     }
 
+    /// Sets one setting by Kafka's name (`linger.ms` or `linger_ms`), shared
+    /// client settings included; `compression.type=none` is accepted as the only
+    /// compression there is. Unknown names are an error that lists the known ones.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ClientError> {
+        if self.client.set(key, value)? {
+            return Ok(());
+        }
+        match canonical(key).as_str() {
+            "acks" => self.acks = value.parse().map_err(ClientError::Config)?,
+            "linger.ms" => self.linger_ms = number(key, value)?,
+            "batch.size" => self.batch_size = number(key, value)?,
+            "max.in.flight.requests.per.connection" => {
+                self.max_in_flight_requests_per_connection = number(key, value)?
+            }
+            "retries" => self.retries = number(key, value)?,
+            "delivery.timeout.ms" => self.delivery_timeout_ms = number(key, value)?,
+            "buffer.memory" => self.buffer_memory = number(key, value)?,
+            "max.block.ms" => self.max_block_ms = number(key, value)?,
+            "max.request.size" => self.max_request_size = number(key, value)?,
+            "compression.type" if value.trim() == "none" => {}
+            _ => {
+                let mut known = CLIENT_SETTINGS.to_vec();
+                known.extend([
+                    "acks",
+                    "linger.ms",
+                    "batch.size",
+                    "max.in.flight.requests.per.connection",
+                    "retries",
+                    "delivery.timeout.ms",
+                    "buffer.memory",
+                    "max.block.ms",
+                    "max.request.size",
+                ]);
+                return Err(unknown_setting(key, "producer", &known));
+            }
+        }
+        Ok(())
+    }
+
     /// Checks ranges and Kafka's rule `delivery_timeout_ms >= linger_ms +
     /// request_timeout_ms`.
     pub fn validate(&self) -> Result<(), ClientError> {
@@ -285,6 +385,49 @@ impl ConsumerConfig {
         }
     }
 
+    /// Sets one setting by Kafka's name (`fetch.max.wait.ms` or
+    /// `fetch_max_wait_ms`), shared client settings included. Unknown names are an
+    /// error that lists the known ones.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ClientError> {
+        if self.client.set(key, value)? {
+            return Ok(());
+        }
+        match canonical(key).as_str() {
+            "fetch.min.bytes" => self.fetch_min_bytes = number(key, value)?,
+            "fetch.max.wait.ms" => self.fetch_max_wait_ms = number(key, value)?,
+            "fetch.max.bytes" => self.fetch_max_bytes = number(key, value)?,
+            "max.partition.fetch.bytes" => self.max_partition_fetch_bytes = number(key, value)?,
+            "auto.offset.reset" => {
+                self.auto_offset_reset = value.trim().parse().map_err(ClientError::Config)?
+            }
+            "isolation.level" => {
+                self.isolation_level = match value.trim() {
+                    "read_uncommitted" => IsolationLevel::ReadUncommitted,
+                    "read_committed" => IsolationLevel::ReadCommitted,
+                    other => {
+                        return Err(ClientError::Config(format!(
+                            "isolation.level must be read_uncommitted or read_committed \
+                             (got {other:?})"
+                        )))
+                    }
+                }
+            }
+            _ => {
+                let mut known = CLIENT_SETTINGS.to_vec();
+                known.extend([
+                    "fetch.min.bytes",
+                    "fetch.max.wait.ms",
+                    "fetch.max.bytes",
+                    "max.partition.fetch.bytes",
+                    "auto.offset.reset",
+                    "isolation.level",
+                ]);
+                return Err(unknown_setting(key, "consumer", &known));
+            }
+        }
+        Ok(())
+    }
+
     /// Checks ranges.
     pub fn validate(&self) -> Result<(), ClientError> {
         self.client.validate()?;
@@ -340,6 +483,45 @@ mod tests {
         assert!(ClientConfig::new("nohost").validate().is_err());
         assert!(ClientConfig::new("h:notaport").validate().is_err());
         assert!(ClientConfig::new("").validate().is_err());
+    }
+
+    #[test]
+    fn settings_by_kafka_name_dotted_or_underscored() {
+        let mut p = ProducerConfig::default();
+        p.set("acks", "1").unwrap();
+        p.set("linger.ms", "20").unwrap();
+        p.set("batch_size", "65536").unwrap();
+        p.set("max.in.flight.requests.per.connection", "1").unwrap();
+        p.set("bootstrap.servers", "h:1,h:2").unwrap();
+        p.set("request.timeout.ms", "5000").unwrap();
+        p.set("compression.type", "none").unwrap();
+        assert_eq!(p.acks, Acks::Leader);
+        assert_eq!((p.linger_ms, p.batch_size), (20, 65_536));
+        assert_eq!(p.max_in_flight_requests_per_connection, 1);
+        assert_eq!(p.client.bootstrap_servers, ["h:1", "h:2"]);
+        assert_eq!(p.client.request_timeout_ms, 5_000);
+
+        let err = p.set("linger.ms", "soon").unwrap_err().to_string();
+        assert!(err.contains("linger.ms") && err.contains("soon"), "{err}");
+        let err = p.set("lingerms", "1").unwrap_err().to_string();
+        assert!(
+            err.contains("\"lingerms\"") && err.contains("linger.ms"),
+            "{err}"
+        );
+        let err = p.set("enable.idempotence", "true").unwrap_err().to_string();
+        assert!(err.contains("idempotent producer"), "{err}");
+        assert!(p.set("compression.type", "lz4").is_err());
+
+        let mut c = ConsumerConfig::default();
+        c.set("fetch.max.wait.ms", "100").unwrap();
+        c.set("auto.offset.reset", "earliest").unwrap();
+        c.set("isolation.level", "read_committed").unwrap();
+        assert_eq!(c.fetch_max_wait_ms, 100);
+        assert_eq!(c.auto_offset_reset, AutoOffsetReset::Earliest);
+        assert_eq!(c.isolation_level, IsolationLevel::ReadCommitted);
+        let err = c.set("group.id", "g").unwrap_err().to_string();
+        assert!(err.contains("consumer groups"), "{err}");
+        assert!(c.set("linger.ms", "1").is_err(), "a producer setting");
     }
 
     #[test]

@@ -31,6 +31,28 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Two ways to learn a record's outcome: the future [`Producer::send`] returns
+//! (or [`Producer::enqueue`], which keeps the order of records enqueued one after
+//! the other), or Kafka's callback style, [`Producer::send_with_callback`], called
+//! on the sender task the moment the response is handled (what `syncline perf
+//! produce` uses to time acknowledgements). Settings can also be set by Kafka's
+//! names, as from a properties file:
+//!
+//! ```
+//! # fn example() -> Result<(), syncline_client::ClientError> {
+//! let mut config = syncline_client::ProducerConfig::new("127.0.0.1:9092");
+//! config.set("linger.ms", "10")?;
+//! config.set("max.in.flight.requests.per.connection", "1")?; // order across retries
+//! assert_eq!(config.linger_ms, 10);
+//! # Ok(()) }
+//! ```
+//!
+//! What an acknowledgement promises: with `acks=all` the record is at the offset
+//! it reported on every member of [`RecordMetadata::acked_isr`], and stays
+//! readable there across leader changes while one of them survives. There is no
+//! idempotent producer yet: a retry after a lost response (a timeout, a dropped
+//! connection) can write a record twice.
+//!
 //! Layout, one concept per module:
 //! - `config`: settings; `error`: [`ClientError`], [`ProduceError`].
 //! - `connection`: one pipelined socket to one broker.

@@ -55,6 +55,14 @@ pub(crate) struct StickyPartitioner {
 }
 
 impl StickyPartitioner {
+    /// The topic's current sticky partition, if it has one below `partitions`.
+    pub(crate) fn current(&self, topic: &str, partitions: usize) -> Option<i32> {
+        self.current
+            .get(topic)
+            .copied()
+            .filter(|&p| (p as usize) < partitions)
+    }
+
     /// The topic's current sticky partition, choosing one among `available`
     /// (partitions with a leader; all of `0..partitions` if none has one).
     pub(crate) fn partition(&mut self, topic: &str, partitions: usize, available: &[i32]) -> i32 {

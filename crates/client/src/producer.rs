@@ -16,7 +16,7 @@ use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::accumulator::{Accumulator, AccumulatorConfig, RecordFields};
+use crate::accumulator::{Accumulator, AccumulatorConfig, DeliverySender, RecordFields};
 use crate::buffer::BufferPool;
 use crate::cluster::Cluster;
 use crate::config::ProducerConfig;
@@ -184,6 +184,48 @@ impl Producer {
     /// Waits up to `max_block_ms` for the topic's metadata and for room in the
     /// buffer, then fails with [`ProduceError::BufferFull`] or the metadata error.
     pub async fn enqueue(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProduceError> {
+        let (tx, rx) = oneshot::channel();
+        self.accept(record, DeliverySender::Future(tx)).await?;
+        Ok(DeliveryFuture { rx })
+    }
+
+    /// Enqueues a record like [`Producer::enqueue`], and calls `callback` with its
+    /// outcome the moment it is known (Kafka's `send(record, callback)`).
+    ///
+    /// An error returned here means the record was not accepted (the callback is
+    /// then never called); every accepted record's callback is called exactly
+    /// once. The callback runs on the producer's sender task, between handling one
+    /// response and the next: keep it short (record a figure, send on a channel).
+    ///
+    /// ```no_run
+    /// # async fn example(producer: syncline_client::Producer) -> Result<(), syncline_client::ProduceError> {
+    /// use syncline_client::ProducerRecord;
+    /// let sent = tokio::time::Instant::now();
+    /// producer
+    ///     .send_with_callback(ProducerRecord::new("events", "hello"), move |outcome| {
+    ///         match outcome {
+    ///             Ok(ack) => println!("offset {} after {:?}", ack.offset, sent.elapsed()),
+    ///             Err(e) => eprintln!("not written: {e}"),
+    ///         }
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn send_with_callback(
+        &self,
+        record: ProducerRecord,
+        callback: impl FnOnce(Result<RecordMetadata, ProduceError>) + Send + 'static,
+    ) -> Result<(), ProduceError> {
+        self.accept(record, DeliverySender::Callback(Box::new(callback)))
+            .await
+    }
+
+    /// Puts a record in its partition's batch; `done` learns its outcome.
+    async fn accept(
+        &self,
+        record: ProducerRecord,
+        done: DeliverySender,
+    ) -> Result<(), ProduceError> {
         let inner = &*self.inner;
         let shared = &inner.shared;
         if shared.closed.load(Ordering::Acquire) {
@@ -223,55 +265,75 @@ impl Producer {
         let reservation = shared
             .buffer
             .reserve(size, deadline.saturating_duration_since(Instant::now()))
-            .await?;
+            .await
+            .map_err(|e| match e {
+                // The pool only knows what was left of the wait after the metadata
+                // lookup; the message must name the setting's value.
+                ProduceError::BufferFull { size, .. } => ProduceError::BufferFull {
+                    size,
+                    max_block_ms: inner.config.max_block_ms,
+                },
+                other => other,
+            })?;
         if shared.closed.load(Ordering::Acquire) {
             return Err(ProduceError::Closed);
         }
 
-        let available: Vec<i32> = inner.cluster.with_metadata(|m| {
-            m.topic(&record.topic)
-                .map(|t| {
-                    t.partitions
-                        .iter()
-                        .filter(|p| p.leader.is_some())
-                        .map(|p| p.partition)
-                        .collect()
-                })
-                .unwrap_or_default()
-        });
-        let (tx, rx) = oneshot::channel();
+        // Partitions with a leader: looked up only when the sticky partitioner has
+        // to choose (a new batch), not for every record.
+        let available = || -> Vec<i32> {
+            inner.cluster.with_metadata(|m| {
+                m.topic(&record.topic)
+                    .map(|t| {
+                        t.partitions
+                            .iter()
+                            .filter(|p| p.leader.is_some())
+                            .map(|p| p.partition)
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            })
+        };
+        let mut closed_full_batch = false;
         let appended = {
             let mut state = shared.state.lock();
             let state = &mut *state;
             if !state.topics.contains(&record.topic) {
                 state.topics.insert(record.topic.clone());
             }
-            let partition = match (record.partition, &record.key) {
-                (Some(p), _) => p,
-                (None, Some(key)) => partition_for_key(key, partitions),
+            let tp = match (record.partition, &record.key) {
+                (Some(p), _) => TopicPartition::new(record.topic.clone(), p),
+                (None, Some(key)) => {
+                    TopicPartition::new(record.topic.clone(), partition_for_key(key, partitions))
+                }
                 (None, None) => {
-                    let p = state
-                        .sticky
-                        .partition(&record.topic, partitions, &available);
+                    let p = match state.sticky.current(&record.topic, partitions) {
+                        Some(p) => p,
+                        None => state
+                            .sticky
+                            .partition(&record.topic, partitions, &available()),
+                    };
                     let tp = TopicPartition::new(record.topic.clone(), p);
                     if state.accumulator.would_start_batch(&tp, &fields) {
-                        state
-                            .sticky
-                            .on_new_batch(&record.topic, p, partitions, &available)
+                        closed_full_batch = state.accumulator.close_open_batch(&tp);
+                        let next =
+                            state
+                                .sticky
+                                .on_new_batch(&record.topic, p, partitions, &available());
+                        TopicPartition::new(record.topic.clone(), next)
                     } else {
-                        p
+                        tp
                     }
                 }
             };
-            let tp = TopicPartition::new(record.topic.clone(), partition);
             state
                 .accumulator
-                .append(&tp, fields, reservation, tx, Instant::now())
+                .append(&tp, fields, reservation, done, Instant::now())
         };
-        if appended.new_batch || appended.batch_full {
+        if appended.new_batch || appended.batch_full || closed_full_batch {
             shared.wake.notify_one();
         }
-        Ok(DeliveryFuture { rx })
+        Ok(())
     }
 
     /// Sends everything buffered now without waiting for `linger_ms`, and waits
@@ -571,6 +633,48 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.to_string().contains("has no partition 2"), "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_keyless_batch_goes_at_once_when_the_partitioner_moves_on() {
+        // Regression: the batch a record did not fit in used to wait out linger_ms
+        // once the sticky partitioner had moved to another partition.
+        let (producer, mut peer) = producer(ProducerConfig {
+            linger_ms: 10_000,
+            batch_size: 200,
+            ..Default::default()
+        });
+        let start = Instant::now();
+        let value = "x".repeat(80);
+        let first = producer
+            .enqueue(ProducerRecord::new("t", value.clone()))
+            .await
+            .unwrap();
+        // Does not fit beside the first: a new batch on the other partition.
+        let second = producer
+            .enqueue(ProducerRecord::new("t", value))
+            .await
+            .unwrap();
+        let req = peer.recv().await;
+        assert_eq!(start.elapsed(), Duration::ZERO, "sent without lingering");
+        // A ready broker takes the front batch of every partition it leads (as
+        // Kafka's drain does): the second batch rides along.
+        let sent = batches(&req);
+        assert_eq!(
+            sent.iter().map(|b| b.1).collect::<Vec<_>>(),
+            [1, 1],
+            "one record per batch"
+        );
+        peer.reply(
+            &req,
+            answer(&[
+                (sent[0].0, ErrorCode::None, 0),
+                (sent[1].0, ErrorCode::None, 0),
+            ]),
+        )
+        .await;
+        first.await.unwrap();
+        second.await.unwrap();
     }
 
     #[tokio::test(start_paused = true)]

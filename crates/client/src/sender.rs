@@ -214,7 +214,8 @@ impl Sender {
             (drained, expired, next, topics)
         };
         let any_expired = !expired.is_empty();
-        for batch in expired {
+        let mut expired = expired;
+        for batch in &mut expired {
             let error = ProduceError::DeliveryTimeout {
                 timeout_ms: self.config.delivery_timeout_ms,
                 last_error: batch.last_error.clone().map(Box::new),
@@ -222,6 +223,11 @@ impl Sender {
             batch.fail(&error);
         }
         if any_expired {
+            let mut state = self.shared.state.lock();
+            for batch in &expired {
+                state.accumulator.expired_done(batch);
+            }
+            drop(state);
             // Flush and close waiters may be done now.
             self.shared.completed.notify_waiters();
         }
@@ -297,10 +303,9 @@ impl Sender {
         }
         match done.result {
             Ok(None) => {
-                let mut state = self.shared.state.lock();
-                for batch in done.batches {
-                    state.accumulator.completed(&batch);
+                for mut batch in done.batches {
                     batch.complete_unacknowledged();
+                    self.shared.state.lock().accumulator.completed(&batch);
                 }
             }
             Ok(Some(response)) => self.handle_response(done.batches, &response, now),
@@ -343,8 +348,9 @@ impl Sender {
             };
             let code = ErrorCode::from_wire(answer.error_code);
             if code == ErrorCode::None {
-                self.shared.state.lock().accumulator.completed(&batch);
+                let mut batch = batch;
                 batch.complete(answer);
+                self.shared.state.lock().accumulator.completed(&batch);
                 continue;
             }
             tracing::debug!(tp = %batch.tp, %code, attempt = batch.attempts, "produce error");
@@ -390,9 +396,10 @@ impl Sender {
                 state.accumulator.reenqueue(batch, wait, now);
             }
             RetryDecision::Fail(error) => {
-                state.accumulator.completed(&batch);
+                // Outside the lock: callbacks run arbitrary code.
                 drop(state);
                 batch.fail(&error);
+                self.shared.state.lock().accumulator.completed(&batch);
             }
         }
     }
