@@ -11,12 +11,12 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::{SinkExt, StreamExt};
+use futures::StreamExt;
 use parking_lot::Mutex;
 use syncline_proto::{frame, pb};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
-use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::Broker;
@@ -141,18 +141,20 @@ async fn connection(
     });
     let writer = tokio::spawn(async move {
         // Responses may be as large as requests (fetches): the same bound applies.
-        let mut sink = FramedWrite::new(write_half, frame::codec(usize::MAX));
+        let mut write_half = write_half;
+        let mut frames = Vec::with_capacity(frame::MAX_FRAMES_PER_WRITE);
         while let Some(first) = rx.recv().await {
-            let mut result = sink.feed(first).await;
-            while result.is_ok() {
+            frames.push(first);
+            while frames.len() < frame::MAX_FRAMES_PER_WRITE {
                 match rx.try_recv() {
-                    Ok(next) => result = sink.feed(next).await,
+                    Ok(next) => frames.push(next),
                     Err(_) => break,
                 }
             }
-            if result.is_err() || SinkExt::<Bytes>::flush(&mut sink).await.is_err() {
+            if frame::write_frames(&mut write_half, &frames).await.is_err() {
                 break;
             }
+            frames.clear();
         }
     });
 

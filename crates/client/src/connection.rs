@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::{SinkExt, StreamExt};
+use futures::StreamExt;
 use parking_lot::Mutex;
 use syncline_proto::{frame, pb, API_VERSION};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot};
-use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::ClientError;
@@ -115,7 +115,8 @@ impl Connection {
 
         let writer_shared = shared.clone();
         tokio::spawn(async move {
-            let mut sink = FramedWrite::new(write_half, frame::codec(max_frame_bytes));
+            let mut write_half = write_half;
+            let mut frames = Vec::with_capacity(frame::MAX_FRAMES_PER_WRITE);
             loop {
                 let first = tokio::select! {
                     _ = writer_shared.stop.cancelled() => break,
@@ -124,20 +125,21 @@ impl Connection {
                         None => break,
                     },
                 };
-                // Feed everything already queued, then flush once.
-                let mut result = sink.feed(first).await;
-                while result.is_ok() {
+                // Everything already queued goes out in one vectored write.
+                frames.push(first);
+                while frames.len() < frame::MAX_FRAMES_PER_WRITE {
                     match queue.try_recv() {
-                        Ok(next) => result = sink.feed(next).await,
+                        Ok(next) => frames.push(next),
                         Err(_) => break,
                     }
                 }
-                if result.is_err() || SinkExt::<Bytes>::flush(&mut sink).await.is_err() {
+                if frame::write_frames(&mut write_half, &frames).await.is_err() {
                     break;
                 }
+                frames.clear();
             }
             // Tell the peer we are done; the reader stops with the token.
-            let _ = tokio::io::AsyncWriteExt::shutdown(sink.get_mut()).await;
+            let _ = tokio::io::AsyncWriteExt::shutdown(&mut write_half).await;
             writer_shared.close();
         });
 
@@ -251,7 +253,9 @@ impl Connection {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::SinkExt;
     use pb::{request, response};
+    use tokio_util::codec::FramedWrite;
 
     /// A fake peer that answers Metadata requests in reverse order of arrival, two at
     /// a time, echoing the correlation id in `cluster_id`.
