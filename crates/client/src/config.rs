@@ -360,6 +360,10 @@ pub struct ConsumerConfig {
     pub isolation_level: IsolationLevel,
     /// What to do without a valid position.
     pub auto_offset_reset: AutoOffsetReset,
+    /// The consumer's rack (Kafka's `client.rack`): with a broker-side rack-aware
+    /// replica selector, the leader sends the consumer to an in-sync replica in
+    /// this rack (fetch from follower, KIP-392). Empty: always the leader.
+    pub client_rack: String,
 }
 
 impl Default for ConsumerConfig {
@@ -372,6 +376,7 @@ impl Default for ConsumerConfig {
             max_partition_fetch_bytes: 1024 * 1024,
             isolation_level: IsolationLevel::ReadUncommitted,
             auto_offset_reset: AutoOffsetReset::Latest,
+            client_rack: String::new(),
         }
     }
 }
@@ -397,6 +402,7 @@ impl ConsumerConfig {
             "fetch.max.wait.ms" => self.fetch_max_wait_ms = number(key, value)?,
             "fetch.max.bytes" => self.fetch_max_bytes = number(key, value)?,
             "max.partition.fetch.bytes" => self.max_partition_fetch_bytes = number(key, value)?,
+            "client.rack" => self.client_rack = value.trim().to_string(),
             "auto.offset.reset" => {
                 self.auto_offset_reset = value.trim().parse().map_err(ClientError::Config)?
             }
@@ -419,6 +425,7 @@ impl ConsumerConfig {
                     "fetch.max.wait.ms",
                     "fetch.max.bytes",
                     "max.partition.fetch.bytes",
+                    "client.rack",
                     "auto.offset.reset",
                     "isolation.level",
                 ]);
@@ -516,6 +523,8 @@ mod tests {
         c.set("fetch.max.wait.ms", "100").unwrap();
         c.set("auto.offset.reset", "earliest").unwrap();
         c.set("isolation.level", "read_committed").unwrap();
+        c.set("client.rack", "eu-west-1a").unwrap();
+        assert_eq!(c.client_rack, "eu-west-1a");
         assert_eq!(c.fetch_max_wait_ms, 100);
         assert_eq!(c.auto_offset_reset, AutoOffsetReset::Earliest);
         assert_eq!(c.isolation_level, IsolationLevel::ReadCommitted);

@@ -70,6 +70,8 @@ pub struct Consumer {
     broker_backoff: HashMap<i32, Instant>,
     refresh_wanted: bool,
     last_refresh: Option<Instant>,
+    /// Replicas the leaders sent this consumer to (KIP-392), until when.
+    preferred: HashMap<TopicPartition, (i32, Instant)>,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -99,6 +101,7 @@ impl Consumer {
             broker_backoff: HashMap::new(),
             refresh_wanted: false,
             last_refresh: None,
+            preferred: HashMap::new(),
         }
     }
 
@@ -374,10 +377,12 @@ impl Consumer {
         }
     }
 
-    /// Sends a fetch to every leader broker that has none outstanding.
+    /// Sends a fetch to every broker that has none outstanding: each partition's
+    /// leader, or the replica its leader sent this consumer to.
     fn send_fetches(&mut self) {
         let now = Instant::now();
         self.broker_backoff.retain(|_, until| *until > now);
+        self.preferred.retain(|_, (_, until)| *until > now);
         let mut by_leader: BTreeMap<i32, Vec<(TopicPartition, i64, i32)>> = BTreeMap::new();
         for (tp, position) in &self.assignment {
             let Position::Offset(offset) = position else {
@@ -385,11 +390,12 @@ impl Consumer {
             };
             match self.cluster.with_metadata(|m| m.leader(tp)) {
                 Some((leader, epoch)) => {
-                    if !self.fetching.contains(&leader)
-                        && !self.broker_backoff.contains_key(&leader)
+                    let target = self.preferred.get(tp).map_or(leader, |(r, _)| *r);
+                    if !self.fetching.contains(&target)
+                        && !self.broker_backoff.contains_key(&target)
                     {
                         by_leader
-                            .entry(leader)
+                            .entry(target)
                             .or_default()
                             .push((tp.clone(), *offset, epoch));
                     }
@@ -439,6 +445,8 @@ impl Consumer {
             Ok(r) => r,
             Err(e) if e.is_retriable() => {
                 tracing::debug!(broker = done.broker, error = %e, "fetch failed");
+                // Back to the leaders for what that broker served as preferred replica.
+                self.preferred.retain(|_, (r, _)| *r != done.broker);
                 self.broker_backoff.insert(
                     done.broker,
                     Instant::now() + Duration::from_millis(self.config.client.retry_backoff_ms),
@@ -469,6 +477,15 @@ impl Consumer {
                     continue;
                 }
                 match ErrorCode::from_wire(data.error_code) {
+                    ErrorCode::None if data.preferred_read_replica.is_some_and(|r| r >= 0) => {
+                        // The leader sends us to a replica in our rack (KIP-392),
+                        // for as long as metadata stays fresh.
+                        let replica = data.preferred_read_replica.unwrap_or(-1);
+                        let until = Instant::now()
+                            + Duration::from_millis(self.config.client.metadata_max_age_ms);
+                        tracing::debug!(%tp, replica, "reading from a preferred replica");
+                        self.preferred.insert(tp, (replica, until));
+                    }
                     ErrorCode::None => {
                         let (records, next) = decode_records(&tp, &data.records, fetched_from)?;
                         if let Some(next) = next {
@@ -493,7 +510,10 @@ impl Consumer {
                         self.assignment.insert(tp, position);
                     }
                     code if code.is_retriable() => {
-                        self.note_leadership_error(&tp, data.current_leader.as_ref())
+                        // A preferred replica that refuses sends us back to the leader.
+                        if self.preferred.remove(&tp).is_none() {
+                            self.note_leadership_error(&tp, data.current_leader.as_ref());
+                        }
                     }
                     code => {
                         return Err(ClientError::Partition {
@@ -573,7 +593,7 @@ pub(crate) fn fetch_request(
             })
             .collect(),
         forgotten_topics_data: Vec::new(),
-        rack_id: String::new(),
+        rack_id: config.client_rack.clone(),
     }
 }
 

@@ -111,4 +111,34 @@ async fn consumer_is_sent_to_and_served_by_a_replica_in_its_rack() {
         answered.duration_since(appended) < Duration::from_secs(1),
         "the follower answered at the deadline, not when its HW moved"
     );
+
+    // The client library follows the leader's redirection: a consumer giving its
+    // rack reads every record, served by the follower (which serves no replica).
+    let bytes_out = |id: i32| -> f64 {
+        let text = cluster.broker(id).broker().metrics().encode();
+        syncline_e2e::parse_metrics(&text)
+            .unwrap()
+            .into_iter()
+            .find(|(n, _)| n == "syncline_bytes_out_total")
+            .map_or(0.0, |(_, v)| v)
+    };
+    let served_before = bytes_out(follower);
+    let mut config = syncline_client::ConsumerConfig::new(&cluster.addrs.join(","));
+    config.client_rack = rack.clone();
+    let mut consumer = syncline_client::Consumer::new(config).unwrap();
+    let tp = syncline_client::TopicPartition::new("ff".to_string(), 0);
+    consumer.assign(vec![tp.clone()]);
+    consumer.seek(&tp, 0).unwrap();
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got.len() < 3 && Instant::now() < deadline {
+        for r in consumer.poll(Duration::from_millis(500)).await.unwrap() {
+            got.push(r.value.map(|v| v.to_vec()).unwrap_or_default());
+        }
+    }
+    assert_eq!(got, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+    assert!(
+        bytes_out(follower) > served_before,
+        "the follower served nothing"
+    );
 }
