@@ -42,6 +42,8 @@ struct FetchState {
     phase: Phase,
     /// Skip the partition until then (after an error).
     backoff_until: Option<Instant>,
+    /// Failed rounds in a row: the next pause doubles with each one.
+    failures: u32,
     /// Leader HW − our fetch offset, from the last response.
     lag: i64,
 }
@@ -175,6 +177,7 @@ impl FetcherManager {
                     TruncationRule::HighWatermark => Phase::Fetching,
                 },
                 backoff_until: None,
+                failures: 0,
                 lag: 0,
             },
         );
@@ -415,9 +418,23 @@ impl FetcherTask {
         }
     }
 
+    /// Pauses a partition after a failed round. The pause starts short and
+    /// doubles up to `replica_fetch_backoff_ms`: the usual failures clear within
+    /// milliseconds (a new leader that has not yet applied the LeaderAndIsr making
+    /// it leader answers `UNKNOWN_TOPIC_OR_PARTITION`, `NOT_LEADER_OR_FOLLOWER` or
+    /// `UNKNOWN_LEADER_EPOCH`), and a whole second's pause there would hold every
+    /// `acks=all` produce to the partition for that second.
     fn back_off(&self, r: &Round) {
-        let until = Instant::now() + Duration::from_millis(self.config().replica_fetch_backoff_ms);
-        self.update(r, |s| s.backoff_until = Some(until));
+        let max = self.config().replica_fetch_backoff_ms;
+        self.update(r, |s| {
+            s.backoff_until = Some(Instant::now() + retry_delay(s.failures, max));
+            s.failures = s.failures.saturating_add(1);
+        });
+    }
+
+    /// A round for the partition succeeded: the next failure pauses briefly again.
+    fn succeeded(&self, r: &Round) {
+        self.update(r, |s| s.failures = 0);
     }
 
     /// One round of epoch-based truncation for the partitions that need it.
@@ -492,6 +509,7 @@ impl FetcherTask {
                 epoch: a.leader_epoch,
                 end_offset: a.end_offset,
             };
+            self.succeeded(&r);
             self.apply_truncation(&r, leader_end, Some(asked_epoch));
         }
     }
@@ -673,7 +691,10 @@ impl FetcherTask {
                 ) {
                     Ok(leo) => {
                         let lag = (data.high_watermark - leo).max(0);
-                        self.update(r, |s| s.lag = lag);
+                        self.update(r, |s| {
+                            s.lag = lag;
+                            s.failures = 0;
+                        });
                         if let Some(tell) = self.manager.on_append.get() {
                             (tell.0)(&r.tp);
                         }
@@ -737,9 +758,35 @@ impl FetcherTask {
     }
 }
 
+/// The first pause after a failed round; each further failure in a row doubles it.
+const FIRST_RETRY_DELAY: Duration = Duration::from_millis(10);
+
+/// The pause after `failures` earlier failures in a row, at most `max_ms`.
+fn retry_delay(failures: u32, max_ms: u64) -> Duration {
+    let max = Duration::from_millis(max_ms);
+    FIRST_RETRY_DELAY
+        .checked_mul(1u32.checked_shl(failures).unwrap_or(u32::MAX))
+        .map_or(max, |d| d.min(max))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_delay_starts_short_and_doubles_up_to_the_configured_backoff() {
+        let ms = |failures| retry_delay(failures, 1000).as_millis();
+        assert_eq!(
+            (0..9).map(ms).collect::<Vec<_>>(),
+            vec![10, 20, 40, 80, 160, 320, 640, 1000, 1000]
+        );
+        // No overflow however long the failures last.
+        assert_eq!(ms(31), 1000);
+        assert_eq!(ms(u32::MAX), 1000);
+        // A backoff below the first pause caps it.
+        assert_eq!(retry_delay(0, 0), Duration::ZERO);
+        assert_eq!(retry_delay(3, 5), Duration::from_millis(5));
+    }
 
     fn p(partition: i32, offset: i64) -> (TopicPartition, pb::FetchPartition) {
         (

@@ -49,6 +49,50 @@ async fn acks_all_is_acknowledged_by_the_whole_isr() {
     assert_eq!(leader_rm.fetch_session_count(), 2);
 }
 
+/// Followers start fetching the moment they learn of a new partition, often
+/// before its leader has applied the LeaderAndIsr that makes it leader; the
+/// leader refuses those first fetches. The follower must retry within
+/// milliseconds, not after `replica_fetch_backoff_ms`, or every `acks=all`
+/// produce to a new topic waits that long. The backoff here is a minute, so a
+/// follower that paused for it would time the produce out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_of_a_new_topic_retry_a_refused_first_fetch_at_once() {
+    let cluster = TestCluster::start(
+        3,
+        "replica_fetch_backoff_ms = 60000
+",
+    )
+    .await;
+    for round in 0..5 {
+        let topic = format!("new-{round}");
+        cluster
+            .create_topic(&topic, 3, 3, &[("min.insync.replicas", "2")])
+            .await;
+        for partition in 0..3 {
+            let meta = cluster.partition_metadata(1, &topic, partition).await;
+            let leader = cluster.connect(meta.leader_id).await;
+            // The leader itself may not know yet that it leads: retry that.
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            let r = loop {
+                let r = produce(&leader, &topic, partition, -1, batch(&[b"v"])).await;
+                let code = ErrorCode::from_wire(r.error_code);
+                if !matches!(
+                    code,
+                    ErrorCode::NotLeaderOrFollower | ErrorCode::UnknownTopicOrPartition
+                ) || std::time::Instant::now() > deadline
+                {
+                    break r;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            };
+            assert_eq!(r.error_code, 0, "{topic}-{partition}: {r:?}");
+            let mut isr = r.acked_isr.clone();
+            isr.sort();
+            assert_eq!(isr, vec![1, 2, 3], "{topic}-{partition}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn incremental_fetch_session_answers_only_partitions_with_news() {
     use syncline_proto::pb::{self, request::Body, response::Body as Resp};
