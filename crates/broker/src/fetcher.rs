@@ -312,6 +312,7 @@ impl FetcherTask {
     async fn run(mut self) {
         let leader = self.fetcher.leader_id;
         tracing::debug!(leader, "replica fetcher started");
+        self.manager.metrics.fetcher_started(leader);
         loop {
             if self.manager.shutdown.is_cancelled() {
                 break;
@@ -331,6 +332,7 @@ impl FetcherTask {
                 continue;
             }
             let Some(conn) = self.connection().await else {
+                self.manager.metrics.fetcher_failure(leader);
                 let backoff =
                     Instant::now() + Duration::from_millis(self.config().replica_fetch_backoff_ms);
                 self.idle_until(Some(backoff)).await;
@@ -482,6 +484,7 @@ impl FetcherTask {
         {
             Some(pb::response::Body::OffsetsForLeaderEpoch(r)) => r,
             _ => {
+                self.manager.metrics.fetcher_failure(self.fetcher.leader_id);
                 for (r, _) in &asks {
                     self.back_off(r);
                 }
@@ -619,6 +622,7 @@ impl FetcherTask {
         {
             Some(pb::response::Body::Fetch(r)) => r,
             _ => {
+                self.manager.metrics.fetcher_failure(self.fetcher.leader_id);
                 self.session.reset();
                 for r in &rounds {
                     self.back_off(r);
@@ -627,6 +631,7 @@ impl FetcherTask {
             }
         };
         if response.error_code != ErrorCode::None as i32 {
+            self.manager.metrics.fetcher_failure(self.fetcher.leader_id);
             // A lost or expired session: the next fetch starts a new one at once.
             let session_error = matches!(
                 ErrorCode::from_wire(response.error_code),

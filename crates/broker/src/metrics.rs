@@ -75,6 +75,7 @@ pub struct BrokerMetrics {
     pub active_controller: Gauge,
     pub replica_fetcher_max_lag: Gauge,
     fetcher_requests: Family<LeaderLabel, Counter>,
+    fetcher_failures: Family<LeaderLabel, Counter>,
     purgatory_size: Family<OperationLabel, Gauge>,
     apis: Vec<Arc<ApiMetrics>>,
     bytes_in: Counter,
@@ -177,6 +178,12 @@ impl BrokerMetrics {
             "Fetch requests sent by this broker's replica fetchers, per source leader",
             fetcher_requests.clone(),
         );
+        let fetcher_failures = Family::<LeaderLabel, Counter>::default();
+        registry.register(
+            "replica_fetcher_failed_requests",
+            "Replica fetcher requests (or connection attempts) to a source leader that failed",
+            fetcher_failures.clone(),
+        );
         let purgatory_size = Family::<OperationLabel, Gauge>::default();
         registry.register(
             "purgatory_size",
@@ -248,6 +255,7 @@ impl BrokerMetrics {
             active_controller,
             replica_fetcher_max_lag,
             fetcher_requests,
+            fetcher_failures,
             purgatory_size,
             apis,
             bytes_in,
@@ -299,6 +307,26 @@ impl BrokerMetrics {
 
     pub fn fetcher_request(&self, leader: i32) {
         self.fetcher_requests
+            .get_or_create(&LeaderLabel {
+                leader: leader.to_string(),
+            })
+            .inc();
+    }
+
+    /// A replica fetcher for `leader` started: its series exist from now on, at
+    /// zero, so that a rate over them is defined before the first failure.
+    pub fn fetcher_started(&self, leader: i32) {
+        let label = LeaderLabel {
+            leader: leader.to_string(),
+        };
+        let _ = self.fetcher_requests.get_or_create(&label);
+        let _ = self.fetcher_failures.get_or_create(&label);
+    }
+
+    /// A replica fetcher request to `leader` failed: no connection, no
+    /// answer, or an error for the whole request.
+    pub fn fetcher_failure(&self, leader: i32) {
+        self.fetcher_failures
             .get_or_create(&LeaderLabel {
                 leader: leader.to_string(),
             })

@@ -131,6 +131,17 @@ fn log_bytes(cluster: &TestCluster, id: i32, topic: &str, p: i32, below: i64) ->
     out
 }
 
+/// Failed requests of broker `id`'s replica fetcher to `leader` so far.
+fn fetcher_failures(cluster: &TestCluster, id: i32, leader: i32) -> f64 {
+    let text = cluster.broker(id).broker().metrics().encode();
+    let series = format!("syncline_replica_fetcher_failed_requests_total{{leader=\"{leader}\"}}");
+    syncline_e2e::parse_metrics(&text)
+        .unwrap()
+        .into_iter()
+        .find(|(n, _)| *n == series)
+        .map_or(0.0, |(_, v)| v)
+}
+
 // --- KIP-101 #1 ---
 
 /// A follower whose high watermark is one round stale becomes follower of a new
@@ -158,21 +169,42 @@ async fn stale_hw_follower_then_leader_dies(rule: TruncationRule) -> bool {
         let r = send(&producer, "k1", p, -1, &format!("m{i}")).await;
         assert_eq!(r.error_code, 0, "{r:?}");
     }
-    // The last record is acknowledged by all three; follower b has it, but the high
-    // watermark covering it only reaches b with its next fetch response. Cut b off
-    // right away so that response never arrives.
-    let last = loop {
-        let r = send(&producer, "k1", p, -1, "committed").await;
-        assert_eq!(r.error_code, 0, "{r:?}");
-        faults.cut(b, c);
-        faults.cut(b, a);
-        let replica = cluster.replica(b, "k1", p);
-        if replica.high_watermark() <= r.base_offset && replica.log_end_offset() > r.base_offset {
-            break r.base_offset;
-        }
-        // b's high watermark was already fresh: heal and try again.
-        faults.heal_all();
+    // The last record is acknowledged by all three, b included, but b never learns
+    // the high watermark that covers it. a is cut off from the leader first, so the
+    // record cannot be committed while b is still listening: b fetches it and tells
+    // c so with its next fetch, and the high watermark stays below it.
+    let leader = cluster.replica(c, "k1", p);
+    let last = leader.log_end_offset();
+    faults.cut(a, c);
+    let pending = {
+        let producer = producer.clone();
+        tokio::spawn(async move { send(&producer, "k1", p, -1, "committed").await })
     };
+    wait_for("the leader to know b has the record", WAIT, || async {
+        leader
+            .describe(tokio::time::Instant::now())
+            .is_some_and(|d| {
+                d.replica_statuses
+                    .iter()
+                    .any(|s| s.broker_id == b && s.log_end_offset > last)
+            })
+    })
+    .await;
+    // Now b hears nothing more; a catches up and the record is committed. The
+    // fetch response that would carry the new high watermark to b is dropped.
+    let failed_before = fetcher_failures(&cluster, b, c);
+    faults.cut(b, c);
+    faults.cut(b, a);
+    faults.heal(a, c);
+    let r = pending.await.unwrap();
+    assert_eq!((r.error_code, r.base_offset), (0, last), "{r:?}");
+    wait_for("b's fetcher to fail to fetch from c", WAIT, || async {
+        fetcher_failures(&cluster, b, c) > failed_before
+    })
+    .await;
+    let replica = cluster.replica(b, "k1", p);
+    assert!(replica.log_end_offset() > last);
+    assert!(replica.high_watermark() <= last);
     // The leader leaves (controlled shutdown): a, first in the ISR, takes over; b
     // becomes its follower in a new epoch but cannot reach it.
     cluster.stop(c).await;
