@@ -40,6 +40,13 @@ pub struct FetchParams {
     pub replica_id: i32,
     /// A consumer that may read from a follower (it gave its rack, KIP-392).
     pub allow_follower_read: bool,
+    /// A follower fetch that is answered as soon as the high watermark moves, so
+    /// that the follower learns it within one round trip: only where followers
+    /// serve consumers (`replica_selector = "rack_aware"`), since their high
+    /// watermark is then what those consumers can read. Elsewhere the follower
+    /// learns it with its next answered fetch, as in Kafka: pushing it would
+    /// double the fetches under load (a second answer per appended batch).
+    pub push_high_watermark: bool,
     pub min_bytes: u64,
     pub max_bytes: usize,
 }
@@ -60,9 +67,9 @@ pub struct FetchPartitionStatus {
     pub current_leader_epoch: Option<i32>,
     pub last_fetched_epoch: Option<i32>,
     pub partition_max_bytes: usize,
-    /// The high watermark the first read would have told a follower: a follower
-    /// fetch waiting in the purgatory is answered as soon as it moves, so followers
-    /// (and consumers reading from them) learn it within one round trip.
+    /// The high watermark the first read would have told a follower: with
+    /// `push_high_watermark`, a follower fetch waiting in the purgatory is answered
+    /// as soon as it moves.
     pub high_watermark_seen: i64,
 }
 
@@ -181,7 +188,9 @@ impl DelayedOperation for DelayedFetch {
                 FetchReadiness::Changed => return true,
                 FetchReadiness::Bytes(n) => available += n.min(s.partition_max_bytes as u64),
             }
-            if self.params.is_follower() && s.partition.high_watermark() > s.high_watermark_seen {
+            if self.params.push_high_watermark
+                && s.partition.high_watermark() > s.high_watermark_seen
+            {
                 return true;
             }
         }

@@ -289,6 +289,8 @@ impl ReplicaManager {
         let params = FetchParams {
             replica_id: req.replica_id.max(-1),
             allow_follower_read: req.replica_id < 0 && !req.rack_id.is_empty(),
+            push_high_watermark: req.replica_id >= 0
+                && self.config.replica_selector == crate::config::ReplicaSelector::RackAware,
             min_bytes: req.min_bytes.max(0) as u64,
             max_bytes: if req.max_bytes <= 0 {
                 usize::MAX

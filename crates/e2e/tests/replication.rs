@@ -93,6 +93,81 @@ async fn followers_of_a_new_topic_retry_a_refused_first_fetch_at_once() {
     }
 }
 
+/// Where a follower learns the high watermark. Long polls last a minute here, so
+/// a follower fetch answered within the test was answered by the push.
+async fn followers_after_a_commit(selector: &str) -> (TestCluster, i32, [i32; 2]) {
+    let extra = format!(
+        "replica_selector = \"{selector}\"\nreplica_fetch_wait_max_ms = 60000\nreplica_lag_time_max_ms = 120000\n"
+    );
+    let cluster = TestCluster::start(3, &extra).await;
+    cluster.create_topic("hw", 1, 3, &[]).await;
+    let meta = cluster.partition_metadata(1, "hw", 0).await;
+    let leader = meta.leader_id;
+    let followers: Vec<i32> = (1..=3).filter(|id| *id != leader).collect();
+    let conn = cluster.connect(leader).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = produce(&conn, "hw", 0, -1, batch(&[b"v"])).await;
+        if r.error_code == 0 {
+            assert_eq!(r.base_offset, 0);
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{r:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(cluster.replica(leader, "hw", 0).high_watermark(), 1);
+    (cluster, leader, [followers[0], followers[1]])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_learn_the_high_watermark_with_their_next_answered_fetch() {
+    let (cluster, leader, followers) = followers_after_a_commit("leader").await;
+    // Both followers' next fetches wait on the leader (nothing new to send):
+    // the high watermark's move does not answer them.
+    let leader_rm = cluster.broker(leader).broker().replica_manager();
+    syncline_e2e::wait_for(
+        "both follower fetches to wait on the leader",
+        Duration::from_secs(5),
+        || async { leader_rm.purgatory_sizes().0 == 2 },
+    )
+    .await;
+    for f in followers {
+        let p = cluster.replica(f, "hw", 0);
+        assert_eq!(
+            (p.log_end_offset(), p.high_watermark()),
+            (1, 0),
+            "follower {f}"
+        );
+    }
+    // The next append answers them, and carries the high watermark.
+    let conn = cluster.connect(leader).await;
+    assert_eq!(
+        produce(&conn, "hw", 0, 1, batch(&[b"w"])).await.error_code,
+        0
+    );
+    for f in followers {
+        let p = cluster.replica(f, "hw", 0);
+        syncline_e2e::wait_for("the follower to learn HW 1", Duration::from_secs(5), || {
+            let p = p.clone();
+            async move { p.high_watermark() >= 1 }
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_serving_consumers_learn_the_high_watermark_at_once() {
+    let (cluster, _, followers) = followers_after_a_commit("rack_aware").await;
+    for f in followers {
+        let p = cluster.replica(f, "hw", 0);
+        syncline_e2e::wait_for("the follower to learn HW 1", Duration::from_secs(5), || {
+            let p = p.clone();
+            async move { p.high_watermark() == 1 }
+        })
+        .await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn incremental_fetch_session_answers_only_partitions_with_news() {
     use syncline_proto::pb::{self, request::Body, response::Body as Resp};
