@@ -15,7 +15,8 @@
 #   (b) RF 3, acks=all, 1 KiB records;  (c) RF 3, acks=1;  (d) RF 1;
 #   (e) consumer throughput (reading what (b) wrote);
 #   (f) produce latency at 50% of (b)'s rate;  (g) end-to-end latency;
-# and each broker's peak RSS (VmHWM in /proc). Every figure is given with its
+# then the floor again (how far the machine drifted during the run), and each
+# broker's peak RSS (VmHWM in /proc). Every figure is given with its
 # ratio to the floor. Everything started here is stopped on every exit path.
 #
 # Environment: BENCH_RECORDS (records for b/c/d), BENCH_PARTITIONS (3),
@@ -30,7 +31,7 @@ for arg in "$@"; do
     case "$arg" in
         --smoke) mode=smoke ;;
         --keep) keep=1 ;;
-        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
         *) echo "error: unknown argument $arg (expected --smoke, --keep or --help)" >&2; exit 2 ;;
     esac
 done
@@ -157,20 +158,26 @@ bytes=$((records * record_size))
 echo "==> (a) floor: $bytes bytes producer -> leader -> 2 followers"
 settle
 shared_floor="$repo/../shared/tools/rf3-floor/run.sh"
-floor_line=""
+floor_source="rf3-floor (crates/e2e/src/bin/rf3-floor.rs)"
 if [ -f "$shared_floor" ]; then
     floor_source="shared/tools/rf3-floor"
-    if ! floor_line="$(CARGO_TARGET_DIR="$repo/target/rf3-floor" bash "$shared_floor" "$bytes" 1048576 | tail -1)"; then
-        echo "    warning: $shared_floor failed; measuring with the project's own rf3-floor instead"
-        floor_line=""
+fi
+measure_floor() { # output file
+    local line=""
+    if [ "$floor_source" = "shared/tools/rf3-floor" ]; then
+        if ! line="$(CARGO_TARGET_DIR="$repo/target/rf3-floor" bash "$shared_floor" "$bytes" 1048576 | tail -1)"; then
+            echo "    warning: $shared_floor failed; measuring with the project's own rf3-floor instead"
+            floor_source="rf3-floor (crates/e2e/src/bin/rf3-floor.rs)"
+            line=""
+        fi
     fi
-fi
-if [ -z "$floor_line" ]; then
-    floor_source="rf3-floor (crates/e2e/src/bin/rf3-floor.rs)"
-    floor_line="$("$bin/rf3-floor" "$bytes" 1048576 "$work" | tail -1)"
-fi
-echo "    $floor_line   [$floor_source]"
-echo "$floor_line" > "$work/floor.txt"
+    if [ -z "$line" ]; then
+        line="$("$bin/rf3-floor" "$bytes" 1048576 "$work" | tail -1)"
+    fi
+    echo "    $line   [$floor_source]"
+    echo "$line" > "$1"
+}
+measure_floor "$work/floor.txt"
 
 perf_produce() { # label topic acks records throughput
     local label="$1" topic="$2" acks="$3" n="$4" rate="$5"
@@ -210,6 +217,12 @@ echo "==> (g) end-to-end latency: $e2e_records round trips, acks=all, RF 3"
 settle
 syncline perf e2e --topic bench-e2e --num-records "$e2e_records" --record-size "$record_size" \
     --producer-acks all --json-report "$work/g-e2e.json" | grep -v '^[0-9]' | sed 's/^/    /'
+
+# The floor once more: how far the machine itself drifted during the run (on a
+# shared host, memory and loopback speed vary by the minute).
+echo "==> (a) floor again, at the end"
+settle
+measure_floor "$work/floor-end.txt"
 
 for id in 1 2 3; do
     # VmHWM: the peak resident set size of the process over its whole life.
@@ -285,6 +298,10 @@ print(f"{'figure':<{w0}}  {'value':<{w1}}  {'/floor':>6}  target")
 for r in rows:
     print(f"{r[0]:<{w0}}  {r[1]:<{w1}}  {r[2]:>6}  {r[3]} {mark(r[4])}".rstrip())
 print(f"\nfloor: {floor_line} [{os.environ['BENCH_FLOOR_SOURCE']}]")
+floor_end = float(re.search(r"baseline_rf3_loopback_MBps ([0-9.]+)",
+                            open(os.path.join(work, "floor-end.txt")).read()).group(1))
+drift = f"the floor measured again at the end: {floor_end:.1f} MB/s ({floor_end / floor:.2f} × the first)"
+print(drift)
 pressure = os.environ["BENCH_CPU_PRESSURE"]
 print(f"CPU pressure during the run: some task waited for a CPU {pressure}% of the time"
       " (the benchmark's own 4 processes on the cores count too; far above ~30% means other work competed)")
@@ -350,7 +367,8 @@ over loopback, release build, data in a throwaway directory, no fsync (the
 default). The 1-minute load average was {os.environ['BENCH_LOAD']} when the run started,
 and some runnable task waited for a CPU during {os.environ['BENCH_CPU_PRESSURE']}% of the
 run (Linux pressure stall information; the benchmark's own processes count too).
-All figures come from this one run; ratios are to the floor measured in it.
+All figures come from this one run; ratios are to the floor measured at its start
+({drift}: the further from 1.00, the more the machine itself changed during the run).
 
 ![throughput and latency](img/benchmarks.png)
 
