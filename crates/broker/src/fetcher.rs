@@ -768,10 +768,9 @@ const FIRST_RETRY_DELAY: Duration = Duration::from_millis(10);
 
 /// The pause after `failures` earlier failures in a row, at most `max_ms`.
 fn retry_delay(failures: u32, max_ms: u64) -> Duration {
-    let max = Duration::from_millis(max_ms);
     FIRST_RETRY_DELAY
-        .checked_mul(1u32.checked_shl(failures).unwrap_or(u32::MAX))
-        .map_or(max, |d| d.min(max))
+        .saturating_mul(1 << failures.min(31))
+        .min(Duration::from_millis(max_ms))
 }
 
 #[cfg(test)]

@@ -43,10 +43,32 @@ async fn acks_all_is_acknowledged_by_the_whole_isr() {
         })
         .await;
     }
-    let _ = ErrorCode::None;
     // The followers replicate through incremental fetch sessions on the leader.
     let leader_rm = cluster.broker(meta.leader_id).broker().replica_manager();
     assert_eq!(leader_rm.fetch_session_count(), 2);
+}
+
+/// Produces one record with acks=all to a new partition's leader. The leader
+/// may not yet have applied the LeaderAndIsr that makes it leader (CreateTopics
+/// waits only until the broker that took it knows the leaders): that refusal is
+/// retried, every other answer returned.
+async fn produce_once_leading(
+    leader: &syncline_client::Connection,
+    topic: &str,
+    partition: i32,
+) -> syncline_proto::pb::ProducePartitionResponse {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = produce(leader, topic, partition, -1, batch(&[b"v"])).await;
+        let not_yet = matches!(
+            ErrorCode::from_wire(r.error_code),
+            ErrorCode::NotLeaderOrFollower | ErrorCode::UnknownTopicOrPartition
+        );
+        if !not_yet || std::time::Instant::now() > deadline {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// Followers start fetching the moment they learn of a new partition, often
@@ -57,12 +79,7 @@ async fn acks_all_is_acknowledged_by_the_whole_isr() {
 /// follower that paused for it would time the produce out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn followers_of_a_new_topic_retry_a_refused_first_fetch_at_once() {
-    let cluster = TestCluster::start(
-        3,
-        "replica_fetch_backoff_ms = 60000
-",
-    )
-    .await;
+    let cluster = TestCluster::start(3, "replica_fetch_backoff_ms = 60000\n").await;
     for round in 0..5 {
         let topic = format!("new-{round}");
         cluster
@@ -71,20 +88,7 @@ async fn followers_of_a_new_topic_retry_a_refused_first_fetch_at_once() {
         for partition in 0..3 {
             let meta = cluster.partition_metadata(1, &topic, partition).await;
             let leader = cluster.connect(meta.leader_id).await;
-            // The leader itself may not know yet that it leads: retry that.
-            let deadline = std::time::Instant::now() + Duration::from_secs(10);
-            let r = loop {
-                let r = produce(&leader, &topic, partition, -1, batch(&[b"v"])).await;
-                let code = ErrorCode::from_wire(r.error_code);
-                if !matches!(
-                    code,
-                    ErrorCode::NotLeaderOrFollower | ErrorCode::UnknownTopicOrPartition
-                ) || std::time::Instant::now() > deadline
-                {
-                    break r;
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            };
+            let r = produce_once_leading(&leader, &topic, partition).await;
             assert_eq!(r.error_code, 0, "{topic}-{partition}: {r:?}");
             let mut isr = r.acked_isr.clone();
             isr.sort();
@@ -105,16 +109,8 @@ async fn followers_after_a_commit(selector: &str) -> (TestCluster, i32, [i32; 2]
     let leader = meta.leader_id;
     let followers: Vec<i32> = (1..=3).filter(|id| *id != leader).collect();
     let conn = cluster.connect(leader).await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let r = produce(&conn, "hw", 0, -1, batch(&[b"v"])).await;
-        if r.error_code == 0 {
-            assert_eq!(r.base_offset, 0);
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{r:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let r = produce_once_leading(&conn, "hw", 0).await;
+    assert_eq!((r.error_code, r.base_offset), (0, 0), "{r:?}");
     assert_eq!(cluster.replica(leader, "hw", 0).high_watermark(), 1);
     (cluster, leader, [followers[0], followers[1]])
 }
