@@ -64,15 +64,62 @@ struct Session {
     /// The epoch the next request must carry.
     next_epoch: i32,
     replica_id: i32,
+    /// In the order they joined (the order fetches read them in).
     partitions: Vec<(FetchEntry, Option<Sent>)>,
+    /// Where each partition is in `partitions`: a fetch looks up every one of
+    /// them, under the cache's lock.
+    index: HashMap<String, HashMap<i32, usize>>,
     last_used: Instant,
 }
 
 impl Session {
+    fn new(replica_id: i32, entries: &[FetchEntry], now: Instant) -> Session {
+        let mut session = Session {
+            next_epoch: 1,
+            replica_id,
+            partitions: Vec::with_capacity(entries.len()),
+            index: HashMap::new(),
+            last_used: now,
+        };
+        for e in entries {
+            session.upsert(e.clone());
+        }
+        session
+    }
+
     fn position(&self, topic: &str, partition: i32) -> Option<usize> {
-        self.partitions
-            .iter()
-            .position(|(e, _)| e.partition == partition && e.topic == topic)
+        self.index.get(topic)?.get(&partition).copied()
+    }
+
+    /// Adds a partition, or updates its position when the session has it.
+    fn upsert(&mut self, entry: FetchEntry) {
+        match self.position(&entry.topic, entry.partition) {
+            Some(i) => self.partitions[i].0 = entry,
+            None => {
+                self.index
+                    .entry(entry.topic.clone())
+                    .or_default()
+                    .insert(entry.partition, self.partitions.len());
+                self.partitions.push((entry, None));
+            }
+        }
+    }
+
+    fn forget(&mut self, forgotten: &[pb::ForgottenTopic]) {
+        if forgotten.is_empty() {
+            return;
+        }
+        for f in forgotten {
+            self.partitions
+                .retain(|(e, _)| !(e.topic == f.topic && f.partitions.contains(&e.partition)));
+        }
+        self.index.clear();
+        for (i, (e, _)) in self.partitions.iter().enumerate() {
+            self.index
+                .entry(e.topic.clone())
+                .or_default()
+                .insert(e.partition, i);
+        }
     }
 }
 
@@ -172,15 +219,9 @@ impl FetchSessionCache {
                     id = id.checked_add(1).unwrap_or(1);
                 }
                 inner.next_id = id.checked_add(1).unwrap_or(1);
-                inner.sessions.insert(
-                    id,
-                    Session {
-                        next_epoch: 1,
-                        replica_id: req.replica_id,
-                        partitions: entries.iter().cloned().map(|e| (e, None)).collect(),
-                        last_used: now,
-                    },
-                );
+                inner
+                    .sessions
+                    .insert(id, Session::new(req.replica_id, &entries, now));
                 Ok((SessionContext::New { id }, entries))
             }
             (0, _) => Err(ErrorCode::InvalidFetchSessionEpoch),
@@ -199,18 +240,10 @@ impl FetchSessionCache {
                 if epoch != session.next_epoch {
                     return Err(ErrorCode::InvalidFetchSessionEpoch);
                 }
-                for f in &req.forgotten_topics_data {
-                    session.partitions.retain(|(e, _)| {
-                        !(e.topic == f.topic && f.partitions.contains(&e.partition))
-                    });
-                }
+                session.forget(&req.forgotten_topics_data);
                 for t in &req.topics {
                     for p in &t.partitions {
-                        let entry = FetchEntry::from_request(&t.topic, p);
-                        match session.position(&t.topic, p.partition) {
-                            Some(i) => session.partitions[i].0 = entry,
-                            None => session.partitions.push((entry, None)),
-                        }
+                        session.upsert(FetchEntry::from_request(&t.topic, p));
                     }
                 }
                 session.last_used = now;
@@ -441,7 +474,7 @@ mod tests {
             .0
             .session_id();
         assert_eq!(cache.len(), 2);
-        assert_ne!(c, a);
+        assert_ne!(c, 0, "a new session, not a declined one");
         assert!(cache.begin(&req(b, 1, vec![], vec![]), t0).is_err());
         assert!(cache.begin(&req(a, 2, vec![], vec![]), t0).is_ok());
         // No slots at all: sessions are declined, fetches still work.
