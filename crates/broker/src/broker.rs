@@ -375,7 +375,7 @@ pub async fn start_on(
     let weak = Arc::downgrade(&rm);
     fetchers.set_on_append(crate::fetcher::AppendListener(Box::new(move |tp| {
         if let Some(rm) = weak.upgrade() {
-            rm.wake_fetches(tp);
+            rm.wake(tp, false);
         }
     })));
     let controller = if config.is_controller {

@@ -145,15 +145,10 @@ impl ReplicaManager {
         }
     }
 
-    /// This follower appended to `tp` (its HW may have moved): consumer fetches
-    /// reading from it may be answered.
-    pub fn wake_fetches(&self, tp: &TopicPartition) {
-        self.fetch_purgatory.check_and_complete(tp);
-    }
-
     /// Something happened on `tp`: an append (`hw_advanced` false) wakes fetches
-    /// waiting for data; an HW advance also wakes acks=all produces.
-    fn wake(&self, tp: &TopicPartition, hw_advanced: bool) {
+    /// waiting for data; an HW advance also wakes acks=all produces. A follower's
+    /// appends (its HW may have moved) wake consumer fetches reading from it.
+    pub(crate) fn wake(&self, tp: &TopicPartition, hw_advanced: bool) {
         self.fetch_purgatory.check_and_complete(tp);
         if hw_advanced {
             self.produce_purgatory.check_and_complete(tp);

@@ -86,8 +86,9 @@ async fn measure(total: u64, chunk: usize, dir: &Path) -> Result<(u64, f64)> {
     let data = vec![7u8; chunk];
     let mut sent = 0u64;
     while sent < total {
-        producer.write_all(&data).await?;
-        sent += chunk as u64;
+        let n = chunk.min((total - sent) as usize);
+        producer.write_all(&data[..n]).await?;
+        sent += n as u64;
     }
     let mut ack = [0u8; 1];
     producer.read_exact(&mut ack).await?;
@@ -118,12 +119,13 @@ async fn main() -> Result<()> {
     let dir = std::env::args()
         .nth(3)
         .map_or_else(std::env::temp_dir, PathBuf::from);
-    let outcome = measure(total, chunk, &dir).await;
-    // The files are only there to be written: remove them on every path.
-    for name in ["rf3-floor-l", "rf3-floor-f1", "rf3-floor-f2"] {
-        let _ = std::fs::remove_file(dir.join(name));
-    }
-    let (sent, secs) = outcome?;
+    // The files are only there to be written: in a directory of this run's own
+    // (two runs never share files), removed with it on every path.
+    let files = tempfile::Builder::new()
+        .prefix("rf3-floor")
+        .tempdir_in(&dir)
+        .map_err(|e| anyhow::anyhow!("cannot create a directory in {}: {e}", dir.display()))?;
+    let (sent, secs) = measure(total, chunk, files.path()).await?;
     println!(
         "baseline_rf3_loopback_MBps {:.1} ({sent} bytes in {secs:.2}s, chunk {chunk})",
         sent as f64 / secs / 1e6
