@@ -181,6 +181,17 @@ impl TestCluster {
             .unwrap_or_else(|| panic!("broker {id} hosts no replica of {topic}-{partition}"))
     }
 
+    /// One series of broker `id`'s metrics, by its exact name with labels (as
+    /// `parse_metrics` gives it); 0 while the broker has not exported it.
+    pub fn metric(&self, id: i32, series: &str) -> f64 {
+        let text = self.broker(id).broker().metrics().encode();
+        crate::parse_metrics(&text)
+            .expect("a broker's metrics parse")
+            .into_iter()
+            .find(|(n, _)| n == series)
+            .map_or(0.0, |(_, v)| v)
+    }
+
     pub fn broker(&self, id: i32) -> &BrokerHandle {
         self.brokers[id as usize - 1]
             .as_ref()

@@ -133,13 +133,10 @@ fn log_bytes(cluster: &TestCluster, id: i32, topic: &str, p: i32, below: i64) ->
 
 /// Failed requests of broker `id`'s replica fetcher to `leader` so far.
 fn fetcher_failures(cluster: &TestCluster, id: i32, leader: i32) -> f64 {
-    let text = cluster.broker(id).broker().metrics().encode();
-    let series = format!("syncline_replica_fetcher_failed_requests_total{{leader=\"{leader}\"}}");
-    syncline_e2e::parse_metrics(&text)
-        .unwrap()
-        .into_iter()
-        .find(|(n, _)| *n == series)
-        .map_or(0.0, |(_, v)| v)
+    cluster.metric(
+        id,
+        &format!("syncline_replica_fetcher_failed_requests_total{{leader=\"{leader}\"}}"),
+    )
 }
 
 // --- KIP-101 #1 ---

@@ -114,14 +114,7 @@ async fn consumer_is_sent_to_and_served_by_a_replica_in_its_rack() {
 
     // The client library follows the leader's redirection: a consumer giving its
     // rack reads every record, served by the follower (which serves no replica).
-    let bytes_out = |id: i32| -> f64 {
-        let text = cluster.broker(id).broker().metrics().encode();
-        syncline_e2e::parse_metrics(&text)
-            .unwrap()
-            .into_iter()
-            .find(|(n, _)| n == "syncline_bytes_out_total")
-            .map_or(0.0, |(_, v)| v)
-    };
+    let bytes_out = |id: i32| cluster.metric(id, "syncline_bytes_out_total");
     let served_before = bytes_out(follower);
     let mut config = syncline_client::ConsumerConfig::new(&cluster.addrs.join(","));
     config.client_rack = rack.clone();
