@@ -356,9 +356,11 @@ impl ReplicaManager {
         }
         let template = response.clone();
         let read = read_partitions(&params, &statuses, &mut response);
-        for s in &mut statuses {
-            s.high_watermark_seen =
-                response.responses[s.topic_index].partitions[s.partition_index].high_watermark;
+        if params.push_high_watermark {
+            for s in &mut statuses {
+                s.high_watermark_seen =
+                    response.responses[s.topic_index].partitions[s.partition_index].high_watermark;
+            }
         }
         if is_follower {
             self.record_follower_progress(&req, &statuses, &response);

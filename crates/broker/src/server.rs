@@ -140,7 +140,6 @@ async fn connection(
         pending: Mutex::new(Vec::new()),
     });
     let writer = tokio::spawn(async move {
-        // Responses may be as large as requests (fetches): the same bound applies.
         let mut write_half = write_half;
         let mut frames = Vec::with_capacity(frame::MAX_FRAMES_PER_WRITE);
         while let Some(first) = rx.recv().await {

@@ -73,13 +73,14 @@ impl Controller {
         now: Instant,
     ) -> Result<Self, InvalidConfig> {
         config.validate()?;
-        let last_contact = image.brokers().map(|b| (b.broker_id, now)).collect();
-        Ok(Controller {
+        let mut controller = Controller {
             config,
             image,
-            last_contact,
+            last_contact: Default::default(),
             shutting_down: BTreeSet::new(),
-        })
+        };
+        controller.restart_sessions(now);
+        Ok(controller)
     }
 
     /// Takes office: a `ControllerStartRecord` with the next controller epoch, then

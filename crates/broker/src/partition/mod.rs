@@ -743,7 +743,6 @@ impl Partition {
                 // Re-paced at the next poll.
                 st.next_shrink_check = None;
             }
-            let l = st.leader.as_mut().expect("checked above");
             l.set_lag_time_max(config.replica_lag_time_max);
             if l.set_min_insync_replicas(config.min_insync_replicas, leo) {
                 self.set_high_watermark(l.high_watermark());
