@@ -10,7 +10,7 @@
 # Starts three brokers (release build) on free loopback ports with data in a
 # throwaway directory, then measures:
 #   (a) the floor: producer -> leader -> 2 followers, raw TCP + file appends
-#       (../shared/tools/rf3-floor/run.sh when it exists, else the project's own
+#       (in a full run ../shared/tools/rf3-floor/run.sh when it exists, else the project's own
 #       rf3-floor binary, which does the same), moving as many bytes as (b);
 #   (b) RF 3, acks=all, 1 KiB records;  (c) RF 3, acks=1;  (d) RF 1;
 #   (e) consumer throughput (reading what (b) wrote);
@@ -58,6 +58,16 @@ echo "==> load before the run: $(uptime | sed 's/.*load average/load average/')"
 read -r load1 _ < /proc/loadavg
 if python3 -c "import sys; sys.exit(0 if float('$load1') > 1.0 else 1)"; then
     echo "    warning: the machine is busy (1-minute load $load1 on $(nproc) cores): figures will be noisy"
+fi
+
+# The plot needs matplotlib: installed first, so that a failure to install it
+# stops the run before minutes of measurements rather than after.
+if [ "$mode" = full ] && ! python3 -c 'import matplotlib' 2>/dev/null; then
+    echo "==> installing matplotlib for the plot (pip, user site)"
+    python3 -m pip install --quiet --user matplotlib || {
+        echo "error: cannot install matplotlib (for the plot); install it (apt-get install python3-matplotlib) and run again" >&2
+        exit 1
+    }
 fi
 
 echo "==> building release binaries"
@@ -159,7 +169,9 @@ echo "==> (a) floor: $bytes bytes producer -> leader -> 2 followers"
 settle
 shared_floor="$repo/../shared/tools/rf3-floor/run.sh"
 floor_source="rf3-floor (crates/e2e/src/bin/rf3-floor.rs)"
-if [ -f "$shared_floor" ]; then
+# A smoke run uses the project's own floor: nothing outside the repository is
+# built in CI.
+if [ "$mode" = full ] && [ -f "$shared_floor" ]; then
     floor_source="shared/tools/rf3-floor"
 fi
 measure_floor() { # output file
@@ -238,10 +250,6 @@ export BENCH_WORK="$work" BENCH_MODE="$mode" BENCH_FLOOR_SOURCE="$floor_source" 
     BENCH_RECORDS="$records" BENCH_RECORD_SIZE="$record_size" BENCH_PARTITIONS="$partitions" \
     BENCH_PRODUCER_PROPS_USED="$producer_props" BENCH_LOAD="$load1"
 if [ "$mode" = full ]; then
-    if ! python3 -c 'import matplotlib' 2>/dev/null; then
-        echo "==> installing matplotlib for the plot (pip, user site)"
-        python3 -m pip install --quiet --user matplotlib
-    fi
     export BENCH_DOC="$repo/docs/benchmarks.md" BENCH_PNG="$repo/docs/img/benchmarks.png"
     mkdir -p "$repo/docs/img"
 fi
