@@ -42,7 +42,14 @@ impl DeliverySender {
             DeliverySender::Future(tx) => {
                 let _ = tx.send(outcome);
             }
-            DeliverySender::Callback(f) => f(outcome),
+            // A panicking callback must not take the sender task down with it:
+            // every later record (and flush, and close) would wait forever.
+            DeliverySender::Callback(f) => {
+                let call = std::panic::AssertUnwindSafe(|| f(outcome));
+                if std::panic::catch_unwind(call).is_err() {
+                    tracing::error!("a send callback panicked; the producer goes on");
+                }
+            }
         }
     }
 }
@@ -577,6 +584,19 @@ mod tests {
     }
 
     type Receiver = oneshot::Receiver<Result<RecordMetadata, ProduceError>>;
+
+    #[test]
+    fn a_panicking_callback_is_contained() {
+        let called = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = called.clone();
+        DeliverySender::Callback(Box::new(move |_| {
+            seen.store(true, std::sync::atomic::Ordering::SeqCst);
+            panic!("a user's bug");
+        }))
+        .deliver(Err(ProduceError::Closed));
+        // Delivery returned: the sender task would go on with the next outcome.
+        assert!(called.load(std::sync::atomic::Ordering::SeqCst));
+    }
 
     fn push(
         acc: &mut Accumulator,

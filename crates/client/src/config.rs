@@ -102,8 +102,9 @@ impl ClientConfig {
     }
 }
 
-/// A setting name in Kafka's dotted form (`linger_ms` → `linger.ms`).
-fn canonical(key: &str) -> String {
+/// A setting name in Kafka's dotted form (`linger_ms` → `linger.ms`), as `set`
+/// reads it.
+pub fn canonical(key: &str) -> String {
     key.trim().to_ascii_lowercase().replace('_', ".")
 }
 

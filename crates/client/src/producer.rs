@@ -196,6 +196,7 @@ impl Producer {
     /// then never called); every accepted record's callback is called exactly
     /// once. The callback runs on the producer's sender task, between handling one
     /// response and the next: keep it short (record a figure, send on a channel).
+    /// A callback that panics is logged and does not stop the producer.
     ///
     /// ```no_run
     /// # async fn example(producer: syncline_client::Producer) -> Result<(), syncline_client::ProduceError> {

@@ -170,7 +170,7 @@ fn effective_bootstrap<'a>(bootstrap: &'a str, props: &'a [(String, String)]) ->
     props
         .iter()
         .rev()
-        .find(|(k, _)| matches!(k.as_str(), "bootstrap.servers" | "bootstrap_servers"))
+        .find(|(k, _)| syncline_client::config::canonical(k) == "bootstrap.servers")
         .map_or(bootstrap, |(_, v)| v.as_str())
 }
 
@@ -223,5 +223,8 @@ mod tests {
         let props = vec![("bootstrap.servers".to_string(), "h:9".to_string())];
         assert_eq!(effective_bootstrap("a:1", &props), "h:9");
         assert_eq!(effective_bootstrap("a:1", &[]), "a:1");
+        // Any spelling the client accepts for the setting.
+        let props = vec![("BOOTSTRAP_SERVERS".to_string(), "k:7".to_string())];
+        assert_eq!(effective_bootstrap("a:1", &props), "k:7");
     }
 }
