@@ -199,7 +199,7 @@ pub(crate) fn parse_config(s: &str) -> Result<(String, String), String> {
     Ok((key.to_string(), value.trim().to_string()))
 }
 
-fn parse_acks(s: &str) -> Result<Acks, String> {
+pub(crate) fn parse_acks(s: &str) -> Result<Acks, String> {
     s.parse()
 }
 

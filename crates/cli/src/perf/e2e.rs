@@ -41,7 +41,7 @@ pub(crate) async fn run(args: E2eArgs, bootstrap: &str) -> Result<()> {
         topic: Some(&args.topic),
     };
     let fail = |e: syncline_client::ClientError| anyhow!(explain(&e, ctx));
-    let mut producer_props = vec![("acks".to_string(), args.producer_acks.clone())];
+    let mut producer_props = vec![("acks".to_string(), args.producer_acks.to_string())];
     // One record at a time: it must leave at once rather than linger.
     producer_props.push(("linger.ms".to_string(), "0".to_string()));
     producer_props.extend(args.producer_props.iter().cloned());
@@ -137,7 +137,7 @@ pub(crate) async fn run(args: E2eArgs, bootstrap: &str) -> Result<()> {
             &json!({
                 "tool": "perf e2e",
                 "topic": args.topic,
-                "acks": args.producer_acks,
+                "acks": args.producer_acks.to_string(),
                 "record_size": args.record_size,
                 "records": latency.len(),
                 "latency_ms": report::latency_json(&latency),

@@ -18,7 +18,7 @@ mod report;
 
 use anyhow::{anyhow, Result};
 use clap::{Args, Subcommand};
-use syncline_client::{ConsumerConfig, ProducerConfig};
+use syncline_client::{Acks, ConsumerConfig, ProducerConfig};
 
 use crate::errors::{explain, Ctx};
 
@@ -99,8 +99,8 @@ pub(crate) struct E2eArgs {
     #[arg(long, default_value_t = 100)]
     pub(crate) record_size: usize,
     /// Acknowledgement level of the producer: 0, 1 or all.
-    #[arg(long, default_value = "1", allow_negative_numbers = true)]
-    pub(crate) producer_acks: String,
+    #[arg(long, default_value = "1", allow_negative_numbers = true, value_parser = crate::args::parse_acks)]
+    pub(crate) producer_acks: Acks,
     /// Round trips made first and not measured (connections, metadata).
     #[arg(long, default_value_t = 10)]
     pub(crate) warmup_records: u64,
