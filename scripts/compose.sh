@@ -151,6 +151,7 @@ wait_ready() {
                 echo "---- last lines of broker-$n's log ----" >&2
                 compose logs --no-color --tail 15 "broker-$n" >&2 || true
             done
+            echo "compose.sh: the containers are left running to look at; stop them with: scripts/compose.sh down" >&2
             exit 1
         fi
         sleep 0.5
