@@ -143,17 +143,14 @@ async fn connection(
         let mut write_half = write_half;
         let mut frames = Vec::with_capacity(frame::MAX_FRAMES_PER_WRITE);
         while let Some(first) = rx.recv().await {
-            frames.push(first);
-            while frames.len() < frame::MAX_FRAMES_PER_WRITE {
-                match rx.try_recv() {
-                    Ok(next) => frames.push(next),
-                    Err(_) => break,
-                }
-            }
-            if frame::write_frames(&mut write_half, &frames).await.is_err() {
+            // Everything already queued goes out in one vectored write.
+            let more = || rx.try_recv().ok();
+            if frame::write_queued(&mut write_half, &mut frames, first, more)
+                .await
+                .is_err()
+            {
                 break;
             }
-            frames.clear();
         }
     });
 

@@ -126,17 +126,13 @@ impl Connection {
                     },
                 };
                 // Everything already queued goes out in one vectored write.
-                frames.push(first);
-                while frames.len() < frame::MAX_FRAMES_PER_WRITE {
-                    match queue.try_recv() {
-                        Ok(next) => frames.push(next),
-                        Err(_) => break,
-                    }
-                }
-                if frame::write_frames(&mut write_half, &frames).await.is_err() {
+                let more = || queue.try_recv().ok();
+                if frame::write_queued(&mut write_half, &mut frames, first, more)
+                    .await
+                    .is_err()
+                {
                     break;
                 }
-                frames.clear();
             }
             // Tell the peer we are done; the reader stops with the token.
             let _ = tokio::io::AsyncWriteExt::shutdown(&mut write_half).await;

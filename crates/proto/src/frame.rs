@@ -68,6 +68,27 @@ pub async fn write_frames<W: AsyncWrite + Unpin>(w: &mut W, frames: &[Bytes]) ->
     Ok(())
 }
 
+/// Writes `first` and whatever else is already queued (`more` gives it, without
+/// waiting), up to [`MAX_FRAMES_PER_WRITE`] frames, in one vectored write.
+/// `frames` is scratch space, left empty.
+pub async fn write_queued<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    frames: &mut Vec<Bytes>,
+    first: Bytes,
+    mut more: impl FnMut() -> Option<Bytes>,
+) -> io::Result<()> {
+    frames.push(first);
+    while frames.len() < MAX_FRAMES_PER_WRITE {
+        match more() {
+            Some(next) => frames.push(next),
+            None => break,
+        }
+    }
+    let written = write_frames(w, frames).await;
+    frames.clear();
+    written
+}
+
 /// Decodes a request frame body. `bytes` fields are slices of `frame`, not copies.
 pub fn decode_request(frame: Bytes) -> Result<pb::Request, FrameError> {
     Ok(pb::Request::decode(frame)?)
@@ -136,6 +157,31 @@ mod tests {
             assert_eq!(&rx.next().await.unwrap().unwrap().freeze(), f);
         }
         writer.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn write_queued_takes_what_is_queued_up_to_the_limit() {
+        let (mut a, b) = tokio::io::duplex(1 << 20);
+        let mut queue: std::collections::VecDeque<Bytes> = (0..MAX_FRAMES_PER_WRITE + 10)
+            .map(|i| Bytes::from(i.to_string()))
+            .collect();
+        let mut scratch = Vec::new();
+        let first = Bytes::from_static(b"first");
+        write_queued(&mut a, &mut scratch, first, || queue.pop_front())
+            .await
+            .unwrap();
+        assert!(scratch.is_empty());
+        // The first frame and MAX - 1 queued ones went out; the rest wait.
+        assert_eq!(queue.len(), 11);
+        drop(a);
+        let mut rx = Framed::new(b, codec(1 << 20));
+        assert_eq!(&rx.next().await.unwrap().unwrap()[..], b"first");
+        let mut n = 1;
+        while let Some(f) = rx.next().await {
+            assert_eq!(f.unwrap().freeze(), Bytes::from((n - 1).to_string()));
+            n += 1;
+        }
+        assert_eq!(n, MAX_FRAMES_PER_WRITE);
     }
 
     #[tokio::test]
