@@ -337,11 +337,9 @@ fn rate(v: Option<f64>) -> String {
 
 /// "14:02:07" (UTC).
 fn clock(at: SystemTime) -> String {
-    let secs = at
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let day = secs % 86_400;
-    format!("{:02}:{:02}:{:02}", day / 3600, day % 3600 / 60, day % 60)
+    chrono::DateTime::<chrono::Utc>::from(at)
+        .format("%H:%M:%S")
+        .to_string()
 }
 
 /// The columns of the table and of `--watch` lines.
@@ -631,6 +629,12 @@ pub(crate) async fn run(args: MetricsArgs, bootstrap: &str) -> Result<()> {
 mod tests {
     use super::*;
     use syncline_client::{BrokerDescription, BrokerEndpoint};
+
+    #[test]
+    fn watch_lines_carry_the_utc_time_of_day() {
+        let at = SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_999);
+        assert_eq!(clock(at), "22:13:20");
+    }
 
     const EXPOSITION: &str = "\
 # HELP syncline_isr_shrinks ISR shrinks.

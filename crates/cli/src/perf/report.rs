@@ -122,27 +122,9 @@ impl Throttle {
 /// `yyyy-MM-dd HH:mm:ss:SSS` in UTC, the time format of Kafka's consumer perf
 /// test.
 pub(crate) fn format_wall_clock(at: std::time::SystemTime) -> String {
-    let ms = at
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
-    let (days, ms_of_day) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
-    // Howard Hinnant's civil_from_days: days since 1970-01-01 → (y, m, d).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}:{:03}",
-        ms_of_day / 3_600_000,
-        ms_of_day / 60_000 % 60,
-        ms_of_day / 1000 % 60,
-        ms_of_day % 1000
-    )
+    chrono::DateTime::<chrono::Utc>::from(at)
+        .format("%Y-%m-%d %H:%M:%S:%3f")
+        .to_string()
 }
 
 #[cfg(test)]
