@@ -16,7 +16,7 @@ use prometheus_parse::{LineInfo, Scrape};
 use serde_json::Value;
 use syncline_e2e::client::{batch, produce};
 use syncline_e2e::{bin, http_get, wait_for, Cluster};
-use syncline_proto::pb::{self, request::Body, response::Body as Resp};
+use syncline_proto::pb::response::Body as Resp;
 use tokio::time::Instant;
 
 /// A short lag time so shrinks happen in seconds; a long session timeout so the
@@ -588,24 +588,9 @@ async fn bytes_counters_include_fetches_answered_from_the_purgatory() {
         let consumer = consumer.clone();
         tokio::spawn(async move {
             consumer
-                .send(Body::Fetch(pb::FetchRequest {
-                    replica_id: -1,
-                    replica_epoch: -1,
-                    max_wait_ms: 20_000,
-                    min_bytes: 1,
-                    max_bytes: 1 << 20,
-                    session_epoch: -1,
-                    topics: vec![pb::FetchTopic {
-                        topic: TOPIC.into(),
-                        partitions: vec![pb::FetchPartition {
-                            partition: 0,
-                            fetch_offset: 0,
-                            partition_max_bytes: 1 << 20,
-                            ..Default::default()
-                        }],
-                    }],
-                    ..Default::default()
-                }))
+                .send(syncline_e2e::inprocess::fetch_request(
+                    TOPIC, 0, 0, 20_000, 1,
+                ))
                 .await
         })
     };
