@@ -240,25 +240,7 @@ async fn acknowledged_records_are_readable_at_their_offsets_across_a_leader_chan
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_request_in_flight_keeps_partition_order_across_a_leader_kill() {
     let mut cluster = Cluster::start(3, FAST_FENCING).await;
-    let out = cluster.cli(
-        &[
-            "topic",
-            "create",
-            "order",
-            "--partitions",
-            "3",
-            "--replication-factor",
-            "3",
-            "--config",
-            "min.insync.replicas=2",
-        ],
-        None,
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    syncline_e2e::checks::create_topic(&cluster, "order", 3, 3, 2);
     let (partition, leader) = partition_led_by(&cluster, "order", 3, |l| l > 1).await;
     let producer = producer(&cluster.bootstrap(), 1);
     let outcomes: Outcomes = Arc::default();
@@ -340,23 +322,7 @@ async fn one_request_in_flight_keeps_partition_order_across_a_leader_kill() {
 async fn a_full_buffer_fails_after_max_block_or_waits_for_room_and_never_grows() {
     let mut cluster = Cluster::start(2, "").await;
     // One replica on broker 2: pausing it stops every response.
-    let out = cluster.cli(
-        &[
-            "topic",
-            "create",
-            "buf",
-            "--partitions",
-            "2",
-            "--replication-factor",
-            "1",
-        ],
-        None,
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    syncline_e2e::checks::create_topic(&cluster, "buf", 2, 1, 1);
     let (partition, _) = partition_led_by(&cluster, "buf", 2, |l| l == 2).await;
 
     const BUFFER: usize = 64 * 1024;
@@ -445,25 +411,7 @@ async fn a_full_buffer_fails_after_max_block_or_waits_for_room_and_never_grows()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_after_a_lost_response_writes_a_duplicate_that_is_counted() {
     let mut cluster = Cluster::start(3, "").await;
-    let out = cluster.cli(
-        &[
-            "topic",
-            "create",
-            "dup",
-            "--partitions",
-            "3",
-            "--replication-factor",
-            "3",
-            "--config",
-            "min.insync.replicas=2",
-        ],
-        None,
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    syncline_e2e::checks::create_topic(&cluster, "dup", 3, 3, 2);
     // A partition broker 1 (the controller) leads: its followers get paused.
     let (partition, _) = partition_led_by(&cluster, "dup", 3, |l| l == 1).await;
 

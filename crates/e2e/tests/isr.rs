@@ -24,25 +24,7 @@ async fn isr_of(cluster: &Cluster, topic: &str, partition: i32) -> Vec<i32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_followers_shrink_refuse_expand_and_converge() {
     let mut cluster = Cluster::start(3, &format!("replica_lag_time_max_ms = {LAG_MS}\n")).await;
-    let out = cluster.cli(
-        &[
-            "topic",
-            "create",
-            "seed",
-            "--partitions",
-            "3",
-            "--replication-factor",
-            "3",
-            "--config",
-            "min.insync.replicas=2",
-        ],
-        None,
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    syncline_e2e::checks::create_topic(&cluster, "seed", 3, 3, 2);
     // Broker 1 hosts the controller: pause followers of a partition broker 1 leads.
     let mut partition = -1;
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -176,24 +176,7 @@ fn exported(cluster: &Cluster) -> (BTreeMap<String, BTreeSet<String>>, BTreeMap<
 }
 
 fn create_topic(cluster: &Cluster, partitions: i32, rf: i32) {
-    let (p, r) = (partitions.to_string(), rf.to_string());
-    let out = cluster.cli(
-        &[
-            "topic",
-            "create",
-            TOPIC,
-            "--partitions",
-            &p,
-            "--replication-factor",
-            &r,
-        ],
-        None,
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    syncline_e2e::checks::create_topic(cluster, TOPIC, partitions, rf, 1);
 }
 
 /// (partition, leader, replicas) of every partition, once all have a leader.
