@@ -5,9 +5,14 @@
 //!   protobuf [`pb::Request`] or [`pb::Response`]), bounded by a maximum frame size.
 //! - [`batch`]: Kafka's RecordBatch v2 layout: build, validate, read, stamp.
 //! - [`ErrorCode`]: protocol error codes with Kafka's names.
+//! - Shared by every crate: [`TopicPartition`], [`EpochEndOffset`], [`Backoff`]
+//!   and [`wall_clock_ms`].
 
 pub mod batch;
+mod common;
 pub mod frame;
+
+pub use common::{wall_clock_ms, Backoff, EpochEndOffset, TopicPartition};
 
 /// Generated protobuf messages (package `syncline.v1`).
 #[allow(missing_docs, unreachable_pub, clippy::all)]

@@ -15,38 +15,12 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 use syncline_log::{Log, LogError};
+pub use syncline_proto::TopicPartition;
 use syncline_proto::{pb, ErrorCode, NO_LEADER};
 use tokio::time::Instant;
 
 use crate::topic_config::TopicConfig;
 use leader_state::{BecomeLeader, FollowerFetchOutcome, IsrChangeKind, IsrProposal, LeaderState};
-
-/// A topic-partition name; cheap to clone (the topic is shared).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TopicPartition {
-    pub topic: Arc<str>,
-    pub partition: i32,
-}
-
-impl TopicPartition {
-    pub fn new(topic: &str, partition: i32) -> TopicPartition {
-        TopicPartition {
-            topic: Arc::from(topic),
-            partition,
-        }
-    }
-
-    /// The partition's directory name under the log dir (`topic-N`, as Kafka).
-    pub fn dir_name(&self) -> String {
-        format!("{}-{}", self.topic, self.partition)
-    }
-}
-
-impl std::fmt::Display for TopicPartition {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}-{}", self.topic, self.partition)
-    }
-}
 
 /// Records read for a fetch.
 #[derive(Debug, Clone)]

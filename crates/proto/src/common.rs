@@ -1,0 +1,125 @@
+//! Small types and helpers shared by every syncline crate: the name of a
+//! partition, where a leader epoch ends, retry pacing and the wall clock.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A topic partition by name and index; cheap to clone (the topic is shared).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicPartition {
+    /// The topic name.
+    pub topic: Arc<str>,
+    /// The partition index, from 0.
+    pub partition: i32,
+}
+
+impl TopicPartition {
+    /// `topic`-`partition`.
+    pub fn new(topic: impl AsRef<str>, partition: i32) -> TopicPartition {
+        TopicPartition {
+            topic: Arc::from(topic.as_ref()),
+            partition,
+        }
+    }
+
+    /// The partition's directory name under a log dir (`topic-N`, as Kafka).
+    pub fn dir_name(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.topic, self.partition)
+    }
+}
+
+/// Where a leader epoch ends in a log (OffsetsForLeaderEpoch's answer): the
+/// largest epoch at most the one asked for, and the offset after its last record
+/// (the start of the next epoch, or the log end offset for the latest epoch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EpochEndOffset {
+    /// The epoch found (≤ the one asked for).
+    pub epoch: i32,
+    /// The first offset after that epoch.
+    pub end_offset: i64,
+}
+
+impl EpochEndOffset {
+    /// The log holds no epoch at or below the one asked for (Kafka's
+    /// `UNDEFINED_EPOCH` / `UNDEFINED_EPOCH_OFFSET`).
+    pub const UNDEFINED: EpochEndOffset = EpochEndOffset {
+        epoch: crate::UNDEFINED_EPOCH,
+        end_offset: crate::UNDEFINED_OFFSET,
+    };
+}
+
+/// Exponential retry pacing: `initial`, doubling with every further retry, never
+/// more than `max` (a `max` below `initial` caps the first pause too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// The pause after the first failure.
+    pub initial: Duration,
+    /// The longest pause.
+    pub max: Duration,
+}
+
+impl Backoff {
+    /// Pauses from `initial` up to `max`.
+    pub const fn new(initial: Duration, max: Duration) -> Backoff {
+        Backoff { initial, max }
+    }
+
+    /// The pause after `failures` failures in a row, counted from 0: `initial`
+    /// after the first, twice that after the second, and so on.
+    pub fn delay(&self, failures: u32) -> Duration {
+        self.initial
+            .saturating_mul(1u32 << failures.min(31))
+            .min(self.max)
+    }
+}
+
+/// Milliseconds since the Unix epoch from the wall clock. Record timestamps and
+/// time-based retention are its only uses: every rule runs on `tokio::time`.
+pub fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_starts_at_initial_and_doubles_up_to_max() {
+        let b = Backoff::new(Duration::from_millis(10), Duration::from_millis(1000));
+        let ms: Vec<u128> = (0..9).map(|f| b.delay(f).as_millis()).collect();
+        assert_eq!(ms, vec![10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
+        // No overflow however long the failures last.
+        assert_eq!(b.delay(31).as_millis(), 1000);
+        assert_eq!(b.delay(u32::MAX).as_millis(), 1000);
+        // A max below the first pause caps it.
+        let tight = Backoff::new(Duration::from_millis(10), Duration::from_millis(5));
+        assert_eq!(tight.delay(0), Duration::from_millis(5));
+        assert_eq!(
+            Backoff::new(Duration::from_millis(10), Duration::ZERO).delay(3),
+            Duration::ZERO
+        );
+    }
+
+    #[test]
+    fn topic_partition_prints_and_names_its_directory_as_kafka() {
+        let tp = TopicPartition::new("orders", 3);
+        assert_eq!(tp.to_string(), "orders-3");
+        assert_eq!(tp.dir_name(), "orders-3");
+        assert_eq!(tp, TopicPartition::new(String::from("orders"), 3));
+        assert!(TopicPartition::new("a", 9) < TopicPartition::new("b", 0));
+    }
+
+    #[test]
+    fn wall_clock_is_after_2020() {
+        assert!(wall_clock_ms() > 1_577_836_800_000);
+    }
+}
