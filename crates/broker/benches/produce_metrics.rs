@@ -105,8 +105,8 @@ fn leader_partition(dir: &std::path::Path, index: i32) -> Partition {
         partition_epoch: 0,
         replicas: vec![1],
     };
-    let (change, _) = p.apply_partition_state(&state, config, 1, Instant::now());
-    assert_eq!(change, RoleChange::BecameLeader);
+    let effects = p.apply_partition_state(&state, config, 1, Instant::now());
+    assert_eq!(effects.role, RoleChange::BecameLeader);
     p
 }
 
@@ -138,7 +138,9 @@ fn produce(partition: &Partition, request: &Bytes, metrics: Option<&BrokerMetric
                 let (_, bytes) = b.expect("whole batches");
                 batch::validate(bytes).expect("valid batch");
             }
-            let append = partition
+            // Nothing waits on the partition: its effects (a wake-up) have no one to
+            // reach.
+            let (append, _effects) = partition
                 .append_as_leader(&p.records, req.acks, p.current_leader_epoch, now_ms)
                 .expect("append");
             if let Some(m) = metrics {

@@ -202,8 +202,10 @@ pub struct BrokerConfig {
     pub controlled_shutdown_enable: bool,
     pub controlled_shutdown_timeout_ms: u64,
     /// How a replica that becomes follower finds where its log agrees with the
-    /// leader's. Not a config-file key: only tests set it, to show what the old rule
+    /// leader's. Not a config-file key, and built only with the `legacy-truncation`
+    /// feature, which only the end-to-end tests enable to show what the old rule
     /// loses.
+    #[cfg(feature = "legacy-truncation")]
     pub truncation_rule: TruncationRule,
 }
 
@@ -218,7 +220,8 @@ pub enum ReplicaSelector {
     RackAware,
 }
 
-/// The follower truncation rule.
+/// The follower truncation rule (feature `legacy-truncation`).
+#[cfg(feature = "legacy-truncation")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TruncationRule {
     /// Ask the leader where our epochs end (KIP-101/279) and truncate there; fetch
@@ -615,8 +618,18 @@ impl BrokerConfig {
                 0,
                 i32::MAX as i64,
             )? as u64,
+            #[cfg(feature = "legacy-truncation")]
             truncation_rule: TruncationRule::LeaderEpoch,
         })
+    }
+
+    /// Followers truncate by leader epoch (KIP-101/279/595): always, except under
+    /// the test-only legacy rule.
+    pub fn truncates_by_leader_epoch(&self) -> bool {
+        #[cfg(feature = "legacy-truncation")]
+        return self.truncation_rule == TruncationRule::LeaderEpoch;
+        #[cfg(not(feature = "legacy-truncation"))]
+        true
     }
 
     /// The listener other brokers and the controller reach this broker on.

@@ -315,7 +315,11 @@ pub async fn run_alter_partition(
             for p in t.partitions {
                 let tp = TopicPartition::new(&t.name, p.partition);
                 let result = match ErrorCode::from_wire(p.error_code) {
-                    ErrorCode::None => Ok((p.isr, p.leader_epoch, p.partition_epoch)),
+                    ErrorCode::None => Ok(crate::partition::CommittedIsr {
+                        isr: p.isr,
+                        leader_epoch: p.leader_epoch,
+                        partition_epoch: p.partition_epoch,
+                    }),
                     code => Err(code),
                 };
                 rm.on_isr_result(&tp, result);

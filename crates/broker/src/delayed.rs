@@ -73,16 +73,35 @@ pub struct FetchPartitionStatus {
     pub high_watermark_seen: i64,
 }
 
+/// A partition read without error: under which leader epoch, and the leader's LEO
+/// then (what a follower's fetch offset is measured against).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadPoint {
+    /// The leader epoch the read was validated under.
+    pub leader_epoch: i32,
+    /// The log end offset when read.
+    pub log_end_offset: i64,
+}
+
+/// What [`read_partitions`] read.
+#[derive(Debug, Default)]
+pub struct ReadSummary {
+    /// Record bytes read.
+    pub bytes: usize,
+    /// Per status, in order: where it was read (None: refused, or diverging).
+    pub points: Vec<Option<ReadPoint>>,
+}
+
 /// Reads every resolved partition of a fetch into `response` (whose entries for
-/// unresolved partitions are already filled with their errors). Returns the record
-/// bytes read. At least one batch is returned even past `max_bytes`, so that a large
-/// batch cannot stall the reader.
+/// unresolved partitions are already filled with their errors). At least one batch
+/// is returned even past `max_bytes`, so that a large batch cannot stall the reader.
 pub fn read_partitions(
     params: &FetchParams,
     statuses: &[FetchPartitionStatus],
     response: &mut pb::FetchResponse,
-) -> usize {
+) -> ReadSummary {
     let mut total = 0usize;
+    let mut points = Vec::with_capacity(statuses.len());
     for s in statuses {
         let remaining = params.max_bytes.saturating_sub(total);
         let max = s.partition_max_bytes.min(remaining);
@@ -114,17 +133,23 @@ pub fn read_partitions(
                     r.records
                 };
                 total += records.len();
+                points.push(r.diverging_epoch.is_none().then_some(ReadPoint {
+                    leader_epoch: r.leader_epoch,
+                    log_end_offset: r.log_end_offset,
+                }));
                 out.error_code = ErrorCode::None as i32;
                 out.high_watermark = r.high_watermark;
                 out.last_stable_offset = r.high_watermark;
                 out.log_start_offset = r.log_start_offset;
-                out.diverging_epoch = r
-                    .diverging_epoch
-                    .map(|(epoch, end_offset)| pb::EpochEndOffset { epoch, end_offset });
+                out.diverging_epoch = r.diverging_epoch.map(|d| pb::EpochEndOffset {
+                    epoch: d.epoch,
+                    end_offset: d.end_offset,
+                });
                 out.records = records;
                 out.current_leader = None;
             }
             Err(code) => {
+                points.push(None);
                 out.error_code = code as i32;
                 out.high_watermark = -1;
                 out.last_stable_offset = -1;
@@ -136,7 +161,10 @@ pub fn read_partitions(
             }
         }
     }
-    total
+    ReadSummary {
+        bytes: total,
+        points,
+    }
 }
 
 /// A fetch waiting until `min_bytes` are available, `max_wait_ms` passes, or a
@@ -207,7 +235,7 @@ impl DelayedOperation for DelayedFetch {
             return;
         }
         let read = read_partitions(&self.params, &self.statuses, &mut response);
-        self.metrics.bytes_out(read);
+        self.metrics.bytes_out(read.bytes);
         self.session.0.finish(self.session.1, &mut response);
         responder.send(pb::response::Body::Fetch(response));
     }

@@ -18,7 +18,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{BrokerConfig, TruncationRule};
+use crate::config::BrokerConfig;
 use crate::metadata_cache::MetadataCache;
 use crate::metrics::BrokerMetrics;
 use crate::net::Network;
@@ -171,10 +171,12 @@ impl FetcherManager {
             FetchState {
                 partition,
                 leader_epoch,
-                phase: match self.config.truncation_rule {
-                    TruncationRule::LeaderEpoch => Phase::Truncating,
-                    // Truncated to the high watermark already, when the role changed.
-                    TruncationRule::HighWatermark => Phase::Fetching,
+                // Under the legacy rule, truncated to the high watermark already when
+                // the role changed.
+                phase: if self.config.truncates_by_leader_epoch() {
+                    Phase::Truncating
+                } else {
+                    Phase::Fetching
                 },
                 backoff_until: None,
                 failures: 0,
@@ -523,6 +525,7 @@ impl FetcherTask {
         let (leo, _, _) = p.follower_fetch_position();
         let decision = decide(leader_end, leo, p.high_watermark(), |e| {
             p.local_end_offset_for_epoch(e)
+                .map(|e| (e.epoch, e.end_offset))
         });
         match p.truncate_to(decision.offset, r.leader_epoch) {
             Ok(new_leo) => {
@@ -593,8 +596,7 @@ impl FetcherTask {
                     partition: r.tp.partition,
                     current_leader_epoch: Some(r.leader_epoch),
                     fetch_offset: leo,
-                    last_fetched_epoch: latest_epoch
-                        .filter(|_| config.truncation_rule == TruncationRule::LeaderEpoch),
+                    last_fetched_epoch: latest_epoch.filter(|_| config.truncates_by_leader_epoch()),
                     log_start_offset: log_start,
                     partition_max_bytes: config.replica_fetch_max_bytes as i32,
                 },

@@ -13,18 +13,23 @@ use syncline_purgatory::{Purgatory, Watched};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::config::{BrokerConfig, TruncationRule};
+use crate::config::BrokerConfig;
+#[cfg(feature = "legacy-truncation")]
+use crate::config::TruncationRule;
 use crate::delayed::{
     read_partitions, DelayedFetch, DelayedProduce, FetchParams, FetchPartitionStatus, PendingOp,
-    ProducePartitionStatus,
+    ProducePartitionStatus, ReadSummary,
 };
 use crate::fetch_session::FetchSessionCache;
 use crate::fetcher::FetcherManager;
 use crate::metadata_cache::MetadataCache;
 use crate::metrics::BrokerMetrics;
 use crate::partition::leader_state::{IsrChangeKind, IsrProposal};
+#[cfg(feature = "legacy-truncation")]
+use crate::partition::RoleChange;
 use crate::partition::{
-    FollowerFetch, IsrCommit, IsrListener, LeaderAppend, Partition, RoleChange, TopicPartition,
+    AlterPartitionResult, Effects, FetcherChange, FollowerFetch, IsrListener, LeaderAppend,
+    Partition, TopicPartition, Wake,
 };
 use crate::server::Responder;
 use crate::topic_config::TopicConfig;
@@ -42,6 +47,13 @@ const MAX_PRODUCE_TIMEOUT: Duration = Duration::from_secs(300);
 pub struct IsrRequest {
     pub tp: TopicPartition,
     pub proposal: IsrProposal,
+}
+
+/// Whether a fetch is answered at once rather than parked in the purgatory: it may
+/// not wait, it already has `min_bytes`, or it has something to say at once (an
+/// error, a diverging epoch, nothing to wait on).
+fn answer_now(max_wait: Duration, read_bytes: usize, min_bytes: u64, must_answer: bool) -> bool {
+    max_wait.is_zero() || read_bytes as u64 >= min_bytes || must_answer
 }
 
 /// A refused append: the code, and the partition when known (for the leader hint).
@@ -66,11 +78,7 @@ pub struct ReplicaManager {
     metrics: Arc<BrokerMetrics>,
 }
 
-fn wall_clock_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+use syncline_proto::wall_clock_ms;
 
 impl ReplicaManager {
     pub fn new(
@@ -155,6 +163,30 @@ impl ReplicaManager {
         }
     }
 
+    /// Executes the replica manager's share of a partition's effects (the
+    /// partition executed its own under its lock): wake waiting operations, send the
+    /// ISR change to the controller, start or stop fetching.
+    fn execute(&self, partition: &Arc<Partition>, effects: Effects) {
+        if let Some(proposal) = effects.alter_partition {
+            self.propose_isr(partition, proposal);
+        }
+        match effects.fetcher {
+            Some(FetcherChange::Follow {
+                leader,
+                leader_epoch,
+            }) => self
+                .fetchers
+                .add_partition(partition.clone(), leader, leader_epoch),
+            Some(FetcherChange::Stop) => self.fetchers.remove_partition(&partition.tp),
+            None => {}
+        }
+        match effects.wake {
+            Wake::Nobody => {}
+            Wake::Fetches => self.wake(&partition.tp, false),
+            Wake::FetchesAndProduces => self.wake(&partition.tp, true),
+        }
+    }
+
     // --- Produce ---
 
     pub fn handle_produce(&self, req: pb::ProduceRequest, responder: Responder) {
@@ -185,12 +217,12 @@ impl ReplicaManager {
                     Err((ErrorCode::InvalidRequiredAcks, None))
                 };
                 match result {
-                    Ok((partition, append)) => {
+                    Ok((partition, append, effects)) => {
                         out.base_offset = append.base_offset;
                         out.log_start_offset = append.log_start_offset;
                         let rf = partition.replicas().len() as i32;
                         out.replication_factor = rf;
-                        self.wake(&partition.tp, append.high_watermark_advanced);
+                        self.execute(&partition, effects);
                         if acks == ACKS_ALL {
                             pending.push(ProducePartitionStatus {
                                 topic_index: ti,
@@ -244,7 +276,7 @@ impl ReplicaManager {
         p: &pb::ProducePartition,
         acks: i32,
         now_ms: i64,
-    ) -> Result<(Arc<Partition>, LeaderAppend), AppendError> {
+    ) -> Result<(Arc<Partition>, LeaderAppend, Effects), AppendError> {
         let partition = self
             .partition(topic, p.partition)
             .ok_or((ErrorCode::UnknownTopicOrPartition, None))?;
@@ -261,11 +293,11 @@ impl ReplicaManager {
                 return Err(((&e).into(), Some(partition)));
             }
         }
-        let append = partition
+        let (append, effects) = partition
             .append_as_leader(&p.records, acks, p.current_leader_epoch, now_ms)
             .map_err(|code| (code, Some(partition.clone())))?;
         self.metrics.bytes_in(p.records.len());
-        Ok((partition, append))
+        Ok((partition, append, effects))
     }
 
     // --- Fetch ---
@@ -363,7 +395,7 @@ impl ReplicaManager {
             }
         }
         if is_follower {
-            self.record_follower_progress(&req, &statuses, &response);
+            self.record_follower_progress(&req, &statuses, &read);
         }
         let errors = immediate_error
             || response
@@ -372,8 +404,13 @@ impl ReplicaManager {
                 .flat_map(|t| &t.partitions)
                 .any(|p| p.error_code != ErrorCode::None as i32 || p.diverging_epoch.is_some());
         let max_wait = Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_FETCH_WAIT);
-        if max_wait.is_zero() || read as u64 >= params.min_bytes || errors || statuses.is_empty() {
-            self.metrics.bytes_out(read);
+        if answer_now(
+            max_wait,
+            read.bytes,
+            params.min_bytes,
+            errors || statuses.is_empty(),
+        ) {
+            self.metrics.bytes_out(read.bytes);
             self.fetch_sessions.finish(session, &mut response);
             responder.send(pb::response::Body::Fetch(response));
             return;
@@ -397,48 +434,36 @@ impl ReplicaManager {
     }
 
     /// The leader records each follower partition's fetch offset (its LEO): this is
-    /// the acknowledgement of everything below it.
+    /// the acknowledgement of everything below it. It is recorded against the leader
+    /// epoch and LEO the partition was read under: a fetch read under an epoch that
+    /// has ended since records nothing.
     fn record_follower_progress(
         &self,
         req: &pb::FetchRequest,
         statuses: &[FetchPartitionStatus],
-        response: &pb::FetchResponse,
+        read: &ReadSummary,
     ) {
         let now = Instant::now();
         let eligible = self.metadata.is_eligible(req.replica_id, req.replica_epoch);
-        for s in statuses {
-            let out = &response.responses[s.topic_index].partitions[s.partition_index];
-            if out.error_code != ErrorCode::None as i32 || out.diverging_epoch.is_some() {
-                continue;
-            }
-            let Some(epoch) = s
-                .current_leader_epoch
-                .or_else(|| Some(s.partition.leader_epoch()))
-            else {
+        for (s, point) in statuses.iter().zip(&read.points) {
+            let Some(point) = point else {
                 continue;
             };
-            let leo = s.partition.log_end_offset();
             let fetch = FollowerFetch {
                 follower_id: req.replica_id,
-                broker_epoch: req.replica_epoch,
+                broker_epoch: (req.replica_epoch >= 0).then_some(req.replica_epoch),
                 fetch_offset: s.fetch_offset,
-                leader_leo: leo.max(s.fetch_offset),
-                request_epoch: epoch,
+                leader_leo: point.log_end_offset.max(s.fetch_offset),
+                request_epoch: point.leader_epoch,
                 eligible,
             };
-            let Some(outcome) = s.partition.record_follower_fetch(now, &fetch) else {
-                continue;
-            };
-            if outcome.high_watermark_advanced {
-                self.wake(&s.partition.tp, true);
-            }
-            if let Some(proposal) = outcome.expand {
-                self.propose_isr(&s.partition.tp, proposal);
-            }
+            let effects = s.partition.record_follower_fetch(now, &fetch);
+            self.execute(&s.partition, effects);
         }
     }
 
-    fn propose_isr(&self, tp: &TopicPartition, proposal: IsrProposal) {
+    fn propose_isr(&self, partition: &Arc<Partition>, proposal: IsrProposal) {
+        let tp = &partition.tp;
         let kind = match proposal.kind {
             IsrChangeKind::Shrink => "shrink",
             IsrChangeKind::Expand => "expand",
@@ -450,10 +475,16 @@ impl ReplicaManager {
                 new_isr = ?proposal.new_isr, "isr {kind} proposed"
             );
         }
-        let _ = self.isr_requests.send(IsrRequest {
+        let request = IsrRequest {
             tp: tp.clone(),
             proposal,
-        });
+        };
+        if self.isr_requests.send(request).is_err() {
+            // The AlterPartition sender is gone (shutting down): the proposal fails
+            // now, or it would stay pending and no ISR change could follow.
+            tracing::warn!(partition = %tp, "isr change not sent: the AlterPartition sender has stopped");
+            self.on_isr_result(tp, Err(ErrorCode::NetworkException));
+        }
     }
 
     fn lag_time_ms(&self, tp: &TopicPartition) -> u64 {
@@ -467,39 +498,24 @@ impl ReplicaManager {
     }
 
     /// Applies the controller's answer to an AlterPartition.
-    pub fn on_isr_result(
-        &self,
-        tp: &TopicPartition,
-        result: Result<(Vec<i32>, i32, i32), ErrorCode>,
-    ) {
+    pub fn on_isr_result(&self, tp: &TopicPartition, result: AlterPartitionResult) {
         let Some(partition) = self.partition(&tp.topic, tp.partition) else {
             return;
         };
-        let failed = result.as_ref().err().copied();
-        let commit = partition.on_alter_partition_result(result.clone(), Instant::now());
-        match (commit, failed) {
-            (Some(c), _) => self.on_isr_commit(&partition, c),
-            (None, Some(code)) => {
-                self.metrics.failed_isr_update();
-                tracing::warn!(partition = %tp, error = %code, "isr update failed");
-            }
-            (None, None) => {}
+        if let Err(code) = &result {
+            self.metrics.failed_isr_update();
+            tracing::warn!(partition = %tp, error = %code, "isr update failed");
         }
-    }
-
-    fn on_isr_commit(&self, partition: &Partition, commit: IsrCommit) {
-        if commit.high_watermark_advanced {
-            self.wake(&partition.tp, true);
-        }
+        let effects = partition.on_alter_partition_result(result, Instant::now());
+        self.execute(&partition, effects);
     }
 
     /// The periodic ISR shrink check over every partition this broker leads.
     pub fn maybe_shrink_isrs(&self) {
         let now = Instant::now();
         for p in self.all_partitions() {
-            if let Some(proposal) = p.maybe_shrink_isr(now) {
-                self.propose_isr(&p.tp, proposal);
-            }
+            let effects = p.on_tick(now);
+            self.execute(&p, effects);
         }
     }
 
@@ -583,11 +599,11 @@ impl ReplicaManager {
                                     )
                                 });
                             match result {
-                                Ok((leader_epoch, end_offset)) => pb::EpochEndOffsetResult {
+                                Ok(end) => pb::EpochEndOffsetResult {
                                     partition: p.partition,
                                     error_code: ErrorCode::None as i32,
-                                    leader_epoch,
-                                    end_offset,
+                                    leader_epoch: end.epoch,
+                                    end_offset: end.end_offset,
                                 },
                                 Err(code) => pb::EpochEndOffsetResult {
                                     partition: p.partition,
@@ -666,44 +682,14 @@ impl ReplicaManager {
                     continue;
                 }
             };
-            let (change, commit) = partition.apply_partition_state(ps, config, broker_epoch, now);
-            match change {
-                RoleChange::BecameLeader | RoleChange::BecameOffline => {
-                    self.fetchers.remove_partition(&partition.tp);
-                }
-                RoleChange::BecameFollower => {
-                    if self.config.truncation_rule == TruncationRule::HighWatermark {
-                        // The legacy rule, as Kafka's makeFollowers did before KIP-101.
-                        let hw = partition.high_watermark();
-                        let leo = partition.log_end_offset();
-                        match partition.truncate_to(hw, ps.leader_epoch) {
-                            // The one event of this truncation (the partition logs
-                            // it at debug), as the fetcher's are for the epoch rule.
-                            Ok(to) if to < leo => tracing::info!(
-                                topic = %partition.tp.topic, partition = partition.tp.partition,
-                                reason = "high watermark (legacy truncation rule)", leader = ps.leader,
-                                leader_epoch = ps.leader_epoch, high_watermark = hw, from = leo, to,
-                                truncated_offsets = leo - to, "truncation"
-                            ),
-                            Ok(_) => {}
-                            Err(code) => {
-                                tracing::warn!(partition = %partition.tp, error = %code, "truncation to the high watermark failed")
-                            }
-                        }
-                    }
-                    self.fetchers
-                        .add_partition(partition.clone(), ps.leader, ps.leader_epoch);
-                }
-                RoleChange::Updated | RoleChange::None => {}
+            let effects = partition.apply_partition_state(ps, config, broker_epoch, now);
+            #[cfg(feature = "legacy-truncation")]
+            if effects.role == RoleChange::BecameFollower
+                && self.config.truncation_rule == TruncationRule::HighWatermark
+            {
+                self.truncate_to_high_watermark(&partition, ps);
             }
-            if let Some(c) = commit {
-                self.on_isr_commit(&partition, c);
-            }
-            if change != RoleChange::None {
-                // Waiting operations see the new state and answer (e.g. with
-                // NOT_LEADER_OR_FOLLOWER).
-                self.wake(&partition.tp, true);
-            }
+            self.execute(&partition, effects);
         }
         // Config changes for partitions whose state did not change.
         for topic in &applied.changed_configs {
@@ -722,8 +708,8 @@ impl ReplicaManager {
                     continue;
                 }
                 if let Some(ps) = self.metadata.partition_state(topic, p.tp.partition) {
-                    p.apply_partition_state(&ps, config.clone(), broker_epoch, now);
-                    self.wake(&p.tp, true);
+                    let effects = p.apply_partition_state(&ps, config.clone(), broker_epoch, now);
+                    self.execute(&p, effects.wake_all());
                 }
             }
         }
@@ -731,6 +717,29 @@ impl ReplicaManager {
         pb::LeaderAndIsrResponse {
             error_code: ErrorCode::None as i32,
             partition_errors,
+        }
+    }
+
+    /// The legacy rule, as Kafka's makeFollowers did before KIP-101: a new
+    /// follower truncates to its high watermark. Built only for the tests that show
+    /// what leader epochs prevent.
+    #[cfg(feature = "legacy-truncation")]
+    fn truncate_to_high_watermark(&self, partition: &Partition, ps: &pb::PartitionState) {
+        let hw = partition.high_watermark();
+        let leo = partition.log_end_offset();
+        match partition.truncate_to(hw, ps.leader_epoch) {
+            // The one event of this truncation (the partition logs it at debug), as
+            // the fetcher's are for the epoch rule.
+            Ok(to) if to < leo => tracing::info!(
+                topic = %partition.tp.topic, partition = partition.tp.partition,
+                reason = "high watermark (legacy truncation rule)", leader = ps.leader,
+                leader_epoch = ps.leader_epoch, high_watermark = hw, from = leo, to,
+                truncated_offsets = leo - to, "truncation"
+            ),
+            Ok(_) => {}
+            Err(code) => {
+                tracing::warn!(partition = %partition.tp, error = %code, "truncation to the high watermark failed")
+            }
         }
     }
 

@@ -792,11 +792,12 @@ impl Log {
         self.epochs.start_offset(epoch)
     }
 
-    /// Where `epoch` ends in this log, `(epoch, end_offset)`, for
-    /// OffsetsForLeaderEpoch; `None` is UNDEFINED. See
-    /// [`LeaderEpochCache::end_offset_for`].
-    pub fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
-        self.epochs.end_offset_for(epoch, self.log_end_offset())
+    /// Where `epoch` ends in this log, for OffsetsForLeaderEpoch; `None` is
+    /// UNDEFINED. See [`LeaderEpochCache::end_offset_for`].
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> Option<syncline_proto::EpochEndOffset> {
+        self.epochs
+            .end_offset_for(epoch, self.log_end_offset())
+            .map(|(epoch, end_offset)| syncline_proto::EpochEndOffset { epoch, end_offset })
     }
 
     /// The epoch cache's entries, oldest first.

@@ -7,6 +7,7 @@ use std::fs::{self, OpenOptions};
 use common::{batch, headers, read_all, segment_files, small_config};
 use syncline_log::{EpochEntry, Log, LogConfig, LogError};
 use syncline_proto::batch::{self as rb, HEADER_LEN};
+use syncline_proto::EpochEndOffset;
 
 const TS: i64 = 1_700_000_000_000;
 
@@ -495,10 +496,34 @@ fn epoch_queries_follow_the_log() {
     assert_eq!(log.latest_epoch(), Some(5));
     assert_eq!(log.epoch_start_offset(3), Some(10));
     assert_eq!(log.epoch_start_offset(2), None);
-    assert_eq!(log.end_offset_for_epoch(5), Some((5, 20)));
-    assert_eq!(log.end_offset_for_epoch(3), Some((3, 20)));
-    assert_eq!(log.end_offset_for_epoch(2), Some((1, 10)));
-    assert_eq!(log.end_offset_for_epoch(0), Some((0, 0)));
+    assert_eq!(
+        log.end_offset_for_epoch(5),
+        Some(EpochEndOffset {
+            epoch: 5,
+            end_offset: 20
+        })
+    );
+    assert_eq!(
+        log.end_offset_for_epoch(3),
+        Some(EpochEndOffset {
+            epoch: 3,
+            end_offset: 20
+        })
+    );
+    assert_eq!(
+        log.end_offset_for_epoch(2),
+        Some(EpochEndOffset {
+            epoch: 1,
+            end_offset: 10
+        })
+    );
+    assert_eq!(
+        log.end_offset_for_epoch(0),
+        Some(EpochEndOffset {
+            epoch: 0,
+            end_offset: 0
+        })
+    );
     assert_eq!(log.end_offset_for_epoch(6), None);
     assert!(matches!(
         log.assign_epoch(6, 21),

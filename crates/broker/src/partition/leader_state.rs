@@ -12,15 +12,43 @@ use tokio::time::Instant;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FollowerState {
     pub broker_id: i32,
-    /// Broker epoch the follower last fetched with (-1 unknown).
-    pub broker_epoch: i64,
-    /// Its log end offset, from its last fetch (-1: not heard from under this leader).
-    pub log_end_offset: i64,
+    /// Broker epoch the follower last fetched with (None: not told yet).
+    pub broker_epoch: Option<i64>,
+    /// Its log end offset, from its last fetch (None: not heard from under this
+    /// leader).
+    pub log_end_offset: Option<i64>,
     /// Last time it was known to be caught up with the leader's LEO.
     pub last_caught_up: Option<Instant>,
     /// Time of its previous fetch and the leader's LEO at that time (the second rule
     /// of the caught-up update).
     last_fetch: Option<(Instant, i64)>,
+}
+
+impl FollowerState {
+    /// How many offsets it is behind the leader's `leader_leo` (all of them when it
+    /// has not fetched under this leader yet). The one lag formula: describe, the
+    /// metrics and the ISR change evidence all use it.
+    pub fn lag(&self, leader_leo: i64) -> i64 {
+        leader_leo - self.log_end_offset.unwrap_or(0)
+    }
+}
+
+/// A follower's fetch, as the leader records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowerFetch {
+    /// The fetching follower's broker id.
+    pub follower_id: i32,
+    /// The broker epoch it fetched with (None: it did not say).
+    pub broker_epoch: Option<i64>,
+    /// Its log end offset: the fetch offset.
+    pub fetch_offset: i64,
+    /// The leader's log end offset when the fetch was read.
+    pub leader_leo: i64,
+    /// The leader epoch the fetch was read under.
+    pub request_epoch: i32,
+    /// The controller would accept the follower into the ISR (unfenced, current
+    /// broker epoch).
+    pub eligible: bool,
 }
 
 /// An ISR change proposed to the controller and not yet answered.
@@ -118,8 +146,8 @@ impl LeaderState {
             .filter(|&&r| r != p.local_id)
             .map(|&r| FollowerState {
                 broker_id: r,
-                broker_epoch: -1,
-                log_end_offset: -1,
+                broker_epoch: None,
+                log_end_offset: None,
                 last_caught_up: p.isr.contains(&r).then_some(now),
                 last_fetch: None,
             })
@@ -222,7 +250,8 @@ impl LeaderState {
                 r == self.local_id
                     || self
                         .follower(r)
-                        .is_some_and(|f| f.log_end_offset >= required_offset)
+                        .and_then(|f| f.log_end_offset)
+                        .is_some_and(|leo| leo >= required_offset)
             })
             .collect()
     }
@@ -231,28 +260,33 @@ impl LeaderState {
         self.followers.iter().find(|f| f.broker_id == id)
     }
 
-    /// A follower fetch at `fetch_offset` (its LEO) arrived while the leader's LEO is
-    /// `leader_leo`. `eligible`: the metadata shows the follower's broker unfenced in
-    /// the epoch it fetched with (the controller would refuse it in the ISR
-    /// otherwise). Returns `None` if `follower_id` is not a replica.
+    /// A follower's fetch `f` arrived: `f.fetch_offset` is its LEO, `f.leader_leo`
+    /// the leader's LEO when the fetch was read, and `f.eligible` says whether the
+    /// metadata shows the follower's broker unfenced in the epoch it fetched with
+    /// (the controller would refuse it in the ISR otherwise). Returns `None` if the
+    /// fetcher is not a replica.
     pub fn on_follower_fetch(
         &mut self,
         now: Instant,
-        follower_id: i32,
-        broker_epoch: i64,
-        fetch_offset: i64,
-        leader_leo: i64,
-        eligible: bool,
+        fetch: &FollowerFetch,
     ) -> Option<FollowerFetchOutcome> {
+        let FollowerFetch {
+            follower_id,
+            broker_epoch,
+            fetch_offset,
+            leader_leo,
+            eligible,
+            ..
+        } = *fetch;
         let high_watermark_to_send = self.high_watermark;
         let f = self
             .followers
             .iter_mut()
             .find(|f| f.broker_id == follower_id)?;
-        if broker_epoch >= 0 {
+        if broker_epoch.is_some() {
             f.broker_epoch = broker_epoch;
         }
-        f.log_end_offset = fetch_offset;
+        f.log_end_offset = Some(fetch_offset);
         // In sync = caught up with the leader's LEO at some point within the lag time.
         // Rule 1: caught up right now. Rule 2: it has everything the leader had at its
         // previous fetch, so it was caught up as of then (under a steady stream of
@@ -292,8 +326,9 @@ impl LeaderState {
             return None;
         }
         let f = self.follower(id)?;
-        let caught_up_to_hw =
-            f.log_end_offset >= self.high_watermark && f.log_end_offset >= self.epoch_start_offset;
+        let caught_up_to_hw = f
+            .log_end_offset
+            .is_some_and(|leo| leo >= self.high_watermark && leo >= self.epoch_start_offset);
         if !caught_up_to_hw {
             return None;
         }
@@ -305,11 +340,7 @@ impl LeaderState {
         }
         let mut new_isr = self.isr.clone();
         new_isr.push(id);
-        let evidence = (
-            id,
-            ms_since(f.last_caught_up, now),
-            leader_leo - f.log_end_offset,
-        );
+        let evidence = (id, ms_since(f.last_caught_up, now), f.lag(leader_leo));
         Some(self.propose(IsrChangeKind::Expand, new_isr, vec![evidence]))
     }
 
@@ -328,14 +359,13 @@ impl LeaderState {
             .followers
             .iter()
             .filter(|f| self.isr.contains(&f.broker_id))
-            .filter(|f| f.log_end_offset != leader_leo && !self.caught_up_within_lag(f, now))
+            .filter(|f| f.log_end_offset != Some(leader_leo) && !self.caught_up_within_lag(f, now))
             .map(|f| {
-                let lag = if f.log_end_offset < 0 {
-                    leader_leo
-                } else {
-                    leader_leo - f.log_end_offset
-                };
-                (f.broker_id, ms_since(f.last_caught_up, now), lag)
+                (
+                    f.broker_id,
+                    ms_since(f.last_caught_up, now),
+                    f.lag(leader_leo),
+                )
             })
             .collect();
         if out.is_empty() {
@@ -362,7 +392,8 @@ impl LeaderState {
                 if r == self.local_id {
                     (r, self.local_broker_epoch)
                 } else {
-                    (r, self.follower(r).map_or(-1, |f| f.broker_epoch))
+                    let epoch = self.follower(r).and_then(|f| f.broker_epoch);
+                    (r, epoch.unwrap_or(-1))
                 }
             })
             .collect();
@@ -440,8 +471,8 @@ impl LeaderState {
             if r == self.local_id {
                 continue;
             }
-            match self.follower(r) {
-                Some(f) if f.log_end_offset >= 0 => candidate = candidate.min(f.log_end_offset),
+            match self.follower(r).and_then(|f| f.log_end_offset) {
+                Some(leo) => candidate = candidate.min(leo),
                 // Not heard from yet under this leader: its LEO is unknown.
                 _ => return false,
             }
@@ -503,6 +534,19 @@ mod tests {
         )
     }
 
+    /// Follower `id`'s fetch at `offset` with broker epoch `epoch`, the leader's LEO
+    /// being `leo` (leader epoch 5, as [`leader`]).
+    fn fetch(id: i32, epoch: i64, offset: i64, leo: i64, eligible: bool) -> FollowerFetch {
+        FollowerFetch {
+            follower_id: id,
+            broker_epoch: (epoch >= 0).then_some(epoch),
+            fetch_offset: offset,
+            leader_leo: leo,
+            request_epoch: 5,
+            eligible,
+        }
+    }
+
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
     }
@@ -524,19 +568,22 @@ mod tests {
         let mut s = leader(&[1, 2, 3], 100, 100, 1, t0);
         // Leader appended up to 110; followers fetch at 100 (they have nothing new).
         assert!(!s.on_leader_append(110));
-        let o = s.on_follower_fetch(t0, 2, 20, 100, 110, true).unwrap();
+        let o = s
+            .on_follower_fetch(t0, &fetch(2, 20, 100, 110, true))
+            .unwrap();
         assert_eq!(o.high_watermark_to_send, 100);
         assert!(!o.high_watermark_advanced);
-        s.on_follower_fetch(t0, 3, 30, 100, 110, true).unwrap();
+        s.on_follower_fetch(t0, &fetch(3, 30, 100, 110, true))
+            .unwrap();
         // Follower 2's next fetch at 110 says it has the records: HW still waits for 3.
         let o = s
-            .on_follower_fetch(t0 + ms(1), 2, 20, 110, 110, true)
+            .on_follower_fetch(t0 + ms(1), &fetch(2, 20, 110, 110, true))
             .unwrap();
         assert!(!o.high_watermark_advanced);
         assert_eq!(s.high_watermark(), 100);
         // acks=all completes only when the followers' *next* fetch arrives.
         let o = s
-            .on_follower_fetch(t0 + ms(2), 3, 30, 110, 110, true)
+            .on_follower_fetch(t0 + ms(2), &fetch(3, 30, 110, 110, true))
             .unwrap();
         assert!(o.high_watermark_advanced);
         assert_eq!(
@@ -551,9 +598,11 @@ mod tests {
     fn high_watermark_never_moves_backwards() {
         let t0 = Instant::now();
         let mut s = leader(&[1, 2], 50, 50, 1, t0);
-        s.on_follower_fetch(t0, 2, 20, 50, 60, true).unwrap();
+        s.on_follower_fetch(t0, &fetch(2, 20, 50, 60, true))
+            .unwrap();
         // A restarted follower reports a smaller LEO.
-        s.on_follower_fetch(t0, 2, 21, 30, 60, true).unwrap();
+        s.on_follower_fetch(t0, &fetch(2, 21, 30, 60, true))
+            .unwrap();
         assert_eq!(s.high_watermark(), 50);
     }
 
@@ -592,7 +641,7 @@ mod tests {
         assert_eq!(s.high_watermark(), 0);
         assert_eq!(s.check_enough_replicas(), Err(1));
         // Back to two in sync: it advances again.
-        s.on_follower_fetch(t0, 2, 20, 5, 5, true).unwrap();
+        s.on_follower_fetch(t0, &fetch(2, 20, 5, 5, true)).unwrap();
         let proposal = s.pending().cloned().unwrap();
         assert_eq!(proposal.isr, vec![1, 2]);
         assert!(s.on_isr_committed(vec![1, 2], 8, 5));
@@ -604,7 +653,7 @@ mod tests {
         // Kafka's PartitionTest: "shrink not done if previous fetch caught up".
         let t0 = Instant::now();
         let mut s = leader(&[1, 2, 3], 0, 0, 1, t0);
-        s.on_follower_fetch(t0, 3, 30, 0, 0, true).unwrap();
+        s.on_follower_fetch(t0, &fetch(3, 30, 0, 0, true)).unwrap();
         // Steady small produces: at every fetch the leader is one batch ahead.
         let mut leo = 0;
         let mut t = t0;
@@ -613,8 +662,10 @@ mod tests {
             leo += 10;
             t += ms(1_000);
             // Follower 2 always has what the leader had at its previous fetch.
-            s.on_follower_fetch(t, 2, 20, prev, leo, true).unwrap();
-            s.on_follower_fetch(t, 3, 30, prev, leo, true).unwrap();
+            s.on_follower_fetch(t, &fetch(2, 20, prev, leo, true))
+                .unwrap();
+            s.on_follower_fetch(t, &fetch(3, 30, prev, leo, true))
+                .unwrap();
         }
         assert_eq!(
             s.maybe_shrink(t, leo),
@@ -627,12 +678,12 @@ mod tests {
     fn shrink_after_the_lag_time_only() {
         let t0 = Instant::now();
         let mut s = leader(&[1, 2, 3], 0, 0, 1, t0);
-        s.on_follower_fetch(t0, 2, 20, 0, 0, true).unwrap();
-        s.on_follower_fetch(t0, 3, 30, 0, 0, true).unwrap();
+        s.on_follower_fetch(t0, &fetch(2, 20, 0, 0, true)).unwrap();
+        s.on_follower_fetch(t0, &fetch(3, 30, 0, 0, true)).unwrap();
         s.on_leader_append(100);
         // Follower 3 keeps fetching; follower 2 went silent.
         for i in 1..=10 {
-            s.on_follower_fetch(t0 + ms(i * 1_000), 3, 30, 100, 100, true)
+            s.on_follower_fetch(t0 + ms(i * 1_000), &fetch(3, 30, 100, 100, true))
                 .unwrap();
         }
         assert_eq!(
@@ -652,7 +703,8 @@ mod tests {
     fn idle_partition_with_caught_up_follower_does_not_shrink() {
         let t0 = Instant::now();
         let mut s = leader(&[1, 2], 100, 100, 1, t0);
-        s.on_follower_fetch(t0, 2, 20, 100, 100, true).unwrap();
+        s.on_follower_fetch(t0, &fetch(2, 20, 100, 100, true))
+            .unwrap();
         // No fetch for a long time, but it has everything the leader has.
         assert_eq!(s.maybe_shrink(t0 + LAG * 3, 100), None);
     }
@@ -661,19 +713,20 @@ mod tests {
     fn no_expand_or_second_proposal_while_a_change_is_in_flight() {
         let t0 = Instant::now();
         let mut s = leader(&[1, 2], 100, 100, 1, t0);
-        s.on_follower_fetch(t0, 2, 20, 100, 100, true).unwrap();
+        s.on_follower_fetch(t0, &fetch(2, 20, 100, 100, true))
+            .unwrap();
         let p = s.maybe_shrink(t0 + LAG * 2, 200);
         assert!(p.is_some());
         // Follower 3 catches up while the shrink is pending: no expand yet.
         let o = s
-            .on_follower_fetch(t0 + LAG * 2, 3, 30, 200, 200, true)
+            .on_follower_fetch(t0 + LAG * 2, &fetch(3, 30, 200, 200, true))
             .unwrap();
         assert_eq!(o.expand, None);
         assert_eq!(s.maybe_shrink(t0 + LAG * 3, 200), None);
         // Committed: now it may expand.
         s.on_isr_committed(vec![1], 8, 200);
         let o = s
-            .on_follower_fetch(t0 + LAG * 3, 3, 30, 200, 200, true)
+            .on_follower_fetch(t0 + LAG * 3, &fetch(3, 30, 200, 200, true))
             .unwrap();
         assert_eq!(o.expand.unwrap().new_isr, vec![1, 3]);
     }
@@ -684,13 +737,19 @@ mod tests {
         // Became leader at LEO 100 with HW 80.
         let mut s = leader(&[1, 2], 100, 80, 1, t0);
         // Follower 3 has 90: ≥ HW but below the start of the leader's epoch.
-        let o = s.on_follower_fetch(t0, 3, 30, 90, 100, true).unwrap();
+        let o = s
+            .on_follower_fetch(t0, &fetch(3, 30, 90, 100, true))
+            .unwrap();
         assert_eq!(o.expand, None);
         // Below HW: no.
-        let o = s.on_follower_fetch(t0, 3, 30, 70, 100, true).unwrap();
+        let o = s
+            .on_follower_fetch(t0, &fetch(3, 30, 70, 100, true))
+            .unwrap();
         assert_eq!(o.expand, None);
         // At the epoch start and ≥ HW: yes.
-        let o = s.on_follower_fetch(t0, 3, 30, 100, 100, true).unwrap();
+        let o = s
+            .on_follower_fetch(t0, &fetch(3, 30, 100, 100, true))
+            .unwrap();
         let p = o.expand.unwrap();
         assert_eq!(p.kind, IsrChangeKind::Expand);
         assert_eq!(p.new_isr, vec![1, 2, 3]);
@@ -703,11 +762,13 @@ mod tests {
         let mut s = leader(&[1], 100, 100, 2, t0);
         s.on_leader_append(200);
         // Follower 2 is at HW (100) but far behind the LEO and never caught up.
-        let o = s.on_follower_fetch(t0, 2, 20, 100, 200, true).unwrap();
+        let o = s
+            .on_follower_fetch(t0, &fetch(2, 20, 100, 200, true))
+            .unwrap();
         assert_eq!(o.expand, None);
         // Once caught up with the LEO it may rejoin.
         let o = s
-            .on_follower_fetch(t0 + ms(5), 2, 20, 200, 200, true)
+            .on_follower_fetch(t0 + ms(5), &fetch(2, 20, 200, 200, true))
             .unwrap();
         assert!(o.expand.is_some());
     }
@@ -716,14 +777,19 @@ mod tests {
     fn maximal_isr_holds_the_high_watermark_during_an_expand() {
         let t0 = Instant::now();
         let mut s = leader(&[1, 2], 100, 100, 1, t0);
-        s.on_follower_fetch(t0, 2, 20, 100, 100, true).unwrap();
-        let o = s.on_follower_fetch(t0, 3, 30, 100, 100, true).unwrap();
+        s.on_follower_fetch(t0, &fetch(2, 20, 100, 100, true))
+            .unwrap();
+        let o = s
+            .on_follower_fetch(t0, &fetch(3, 30, 100, 100, true))
+            .unwrap();
         assert!(o.expand.is_some());
         s.on_leader_append(150);
-        s.on_follower_fetch(t0, 2, 20, 150, 150, true).unwrap();
+        s.on_follower_fetch(t0, &fetch(2, 20, 150, 150, true))
+            .unwrap();
         // 3 is in the proposed ISR but still at 100: HW must not pass it.
         assert_eq!(s.high_watermark(), 100);
-        s.on_follower_fetch(t0, 3, 30, 150, 150, true).unwrap();
+        s.on_follower_fetch(t0, &fetch(3, 30, 150, 150, true))
+            .unwrap();
         assert_eq!(s.high_watermark(), 150);
     }
 
@@ -744,25 +810,27 @@ mod tests {
         let t0 = Instant::now();
         let mut s = leader(&[1, 2], 100, 100, 1, t0);
         // Caught up, but fenced (or fetching with a stale broker epoch).
-        let o = s.on_follower_fetch(t0, 3, 30, 100, 100, false).unwrap();
+        let o = s
+            .on_follower_fetch(t0, &fetch(3, 30, 100, 100, false))
+            .unwrap();
         assert_eq!(o.expand, None);
         // Eligible: proposed; the controller refuses; no new proposal on every fetch.
         assert!(s
-            .on_follower_fetch(t0, 3, 30, 100, 100, true)
+            .on_follower_fetch(t0, &fetch(3, 30, 100, 100, true))
             .unwrap()
             .expand
             .is_some());
         s.on_isr_change_failed(100, t0);
         let soon = t0 + ISR_RETRY_BACKOFF / 2;
         assert_eq!(
-            s.on_follower_fetch(soon, 3, 30, 100, 100, true)
+            s.on_follower_fetch(soon, &fetch(3, 30, 100, 100, true))
                 .unwrap()
                 .expand,
             None
         );
         let later = t0 + ISR_RETRY_BACKOFF;
         assert!(s
-            .on_follower_fetch(later, 3, 30, 100, 100, true)
+            .on_follower_fetch(later, &fetch(3, 30, 100, 100, true))
             .unwrap()
             .expand
             .is_some());
@@ -783,15 +851,17 @@ mod tests {
     fn unknown_replica_fetch_is_refused() {
         let t0 = Instant::now();
         let mut s = leader(&[1, 2, 3], 0, 0, 1, t0);
-        assert_eq!(s.on_follower_fetch(t0, 9, 1, 0, 0, true), None);
+        assert_eq!(s.on_follower_fetch(t0, &fetch(9, 1, 0, 0, true)), None);
     }
 
     #[test]
     fn acked_isr_names_only_members_with_the_records() {
         let t0 = Instant::now();
         let mut s = leader(&[1, 2, 3], 10, 10, 1, t0);
-        s.on_follower_fetch(t0, 2, 20, 20, 20, true).unwrap();
-        s.on_follower_fetch(t0, 3, 30, 15, 20, true).unwrap();
+        s.on_follower_fetch(t0, &fetch(2, 20, 20, 20, true))
+            .unwrap();
+        s.on_follower_fetch(t0, &fetch(3, 30, 15, 20, true))
+            .unwrap();
         assert_eq!(s.acked_isr(20), vec![1, 2]);
         assert_eq!(s.acked_isr(15), vec![1, 2, 3]);
     }

@@ -1,10 +1,23 @@
-//! One partition replica on this broker: its log and its replication state.
+//! One partition replica on this broker: the shell around its log and its
+//! [`PartitionCore`].
 //!
-//! Locking: `state` (role, epochs, ISR bookkeeping) is taken before `log` whenever
-//! both are needed, and neither is held across an `.await` or across partitions.
-//! Reads of the log (consumer and follower fetches) take only the log's read lock so
-//! they do not stall appends for long.
+//! Where each rule lives:
+//! - [`core`]: every replication rule of a replica (roles and epochs from
+//!   LeaderAndIsr, acks=all completion, fencing by epoch, the follower's high
+//!   watermark, the KIP-595 divergence check, shrink pacing, AlterPartition answers),
+//!   as a pure machine that returns [`Effects`];
+//! - [`leader_state`]: the leader's bookkeeping inside it (follower LEOs,
+//!   `lastCaughtUpTime`, ISR shrink/expand proposals, the high watermark);
+//! - [`truncation`]: where a follower truncates before fetching;
+//! - this module: the [`Partition`] shell, which owns the log, runs the core under
+//!   one lock and executes the effects that touch the log and its mirrors.
+//!
+//! Locking: `core` is taken before `log` whenever both are needed, and neither is
+//! held across an `.await` or across partitions. Reads of the log (consumer and
+//! follower fetches) take only the log's read lock so they do not stall appends for
+//! long.
 
+pub mod core;
 pub mod leader_state;
 pub mod truncation;
 
@@ -16,118 +29,60 @@ use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 use syncline_log::{Log, LogError};
 pub use syncline_proto::TopicPartition;
-use syncline_proto::{pb, ErrorCode, NO_LEADER};
+use syncline_proto::{pb, EpochEndOffset, ErrorCode};
 use tokio::time::Instant;
 
+pub use self::core::{
+    AlterPartitionResult, Announcement, CommittedIsr, Effects, FetchReadiness, FetcherChange,
+    LeaderHealth, PartitionCore, ProduceCheck, ReplicationConfig, RoleChange, Wake,
+};
 use crate::topic_config::TopicConfig;
-use leader_state::{BecomeLeader, FollowerFetchOutcome, IsrChangeKind, IsrProposal, LeaderState};
+pub use leader_state::FollowerFetch;
+use leader_state::IsrChangeKind;
 
 /// Records read for a fetch.
 #[derive(Debug, Clone)]
 pub struct ReadResult {
+    /// The records (empty when none, or when the logs diverge).
     pub records: Bytes,
+    /// The high watermark to send.
     pub high_watermark: i64,
+    /// The log's start offset.
     pub log_start_offset: i64,
+    /// The log's end offset when read.
     pub log_end_offset: i64,
+    /// The leader epoch the read was validated under.
+    pub leader_epoch: i32,
     /// Set when a follower's log diverges from this leader's (no records then).
-    pub diverging_epoch: Option<(i32, i64)>,
-}
-
-/// A follower's fetch, as the leader records it.
-#[derive(Debug, Clone, Copy)]
-pub struct FollowerFetch {
-    pub follower_id: i32,
-    /// The broker epoch it fetched with (-1 unknown).
-    pub broker_epoch: i64,
-    /// Its log end offset.
-    pub fetch_offset: i64,
-    /// The leader's log end offset when the fetch was read.
-    pub leader_leo: i64,
-    /// The leader epoch the fetch was validated against.
-    pub request_epoch: i32,
-    /// The controller would accept the follower into the ISR (unfenced, current
-    /// broker epoch).
-    pub eligible: bool,
+    pub diverging_epoch: Option<EpochEndOffset>,
 }
 
 /// A leader append.
 #[derive(Debug, Clone)]
 pub struct LeaderAppend {
+    /// The first offset assigned.
     pub base_offset: i64,
+    /// The last offset assigned.
     pub last_offset: i64,
+    /// The log's start offset.
     pub log_start_offset: i64,
+    /// The leader epoch the records were written under.
     pub leader_epoch: i32,
-    pub high_watermark_advanced: bool,
-}
-
-/// Where an acks=all produce stands.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ProduceCheck {
-    Pending,
-    /// Done: acknowledged by these replicas.
-    Acked(Vec<i32>),
-    Failed(ErrorCode),
-}
-
-/// Why a fetch waiting in the purgatory should be answered now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FetchReadiness {
-    /// This many bytes are there to read.
-    Bytes(u64),
-    /// The partition changed under the fetch (role, epoch, truncation, divergence):
-    /// answer now with whatever the read says.
-    Changed,
-}
-
-/// What changed in a role transition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RoleChange {
-    /// Stale or identical announcement: nothing to do.
-    None,
-    /// Same leader and epoch; ISR/replicas/partition epoch updated.
-    Updated,
-    BecameLeader,
-    BecameFollower,
-    BecameOffline,
-}
-
-/// The outcome of applying a committed ISR.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IsrCommit {
-    pub high_watermark_advanced: bool,
-    /// Our own proposal of this kind was the one committed.
-    pub committed_change: Option<IsrChangeKind>,
-}
-
-#[derive(Debug)]
-struct State {
-    leader_id: i32,
-    leader_epoch: i32,
-    /// -1 until the first announcement.
-    partition_epoch: i32,
-    replicas: Vec<i32>,
-    isr: Vec<i32>,
-    leader: Option<LeaderState>,
-    /// This replica's high watermark while it is not leader.
-    follower_high_watermark: i64,
-    /// When the leader's next ISR shrink check is due (None: at the next poll).
-    next_shrink_check: Option<Instant>,
-    config: TopicConfig,
 }
 
 /// Told of every ISR change this leader proposed and the controller committed, while
-/// the partition's state lock is held: whoever observes the new ISR observes the
-/// count too.
+/// the partition's lock is held: whoever observes the new ISR observes the count too.
 pub type IsrListener = Arc<dyn Fn(&TopicPartition, IsrChangeKind, &[i32]) + Send + Sync>;
 
-/// A partition replica.
+/// A partition replica: see the module docs.
 pub struct Partition {
+    /// Its name.
     pub tp: TopicPartition,
-    local_id: i32,
     isr_listener: IsrListener,
     log: RwLock<Log>,
-    state: Mutex<State>,
-    /// Mirrors for lock-free reads (metrics, purgatory checks).
+    core: Mutex<PartitionCore>,
+    /// Mirrors for lock-free reads (metrics, purgatory checks). `high_watermark` is
+    /// written only by [`Partition::execute`], from the core's effects.
     log_end_offset: AtomicI64,
     high_watermark: AtomicI64,
 }
@@ -147,11 +102,11 @@ fn storage(e: LogError) -> ErrorCode {
     ErrorCode::StorageError
 }
 
-fn check_epoch(current: i32, requested: Option<i32>) -> Result<(), ErrorCode> {
-    match requested {
-        Some(e) if e < current => Err(ErrorCode::FencedLeaderEpoch),
-        Some(e) if e > current => Err(ErrorCode::UnknownLeaderEpoch),
-        _ => Ok(()),
+/// The core's view of a topic config.
+fn replication_config(config: &TopicConfig) -> ReplicationConfig {
+    ReplicationConfig {
+        min_insync_replicas: config.min_insync_replicas,
+        lag_time_max: config.replica_lag_time_max,
     }
 }
 
@@ -166,93 +121,84 @@ impl Partition {
         isr_listener: IsrListener,
     ) -> Result<Partition, LogError> {
         let log = Log::open(&log_dir.join(tp.dir_name()), config.log.clone())?;
-        let leo = log.log_end_offset();
-        let hw = log
-            .read_high_watermark()
-            .unwrap_or(0)
-            .min(leo)
-            .max(log.log_start_offset());
+        let core = PartitionCore::new(
+            local_id,
+            log.read_high_watermark(),
+            log.log_start_offset(),
+            log.log_end_offset(),
+            replication_config(&config),
+        );
         Ok(Partition {
             tp,
-            local_id,
             isr_listener,
+            log_end_offset: AtomicI64::new(core.log_end_offset()),
+            high_watermark: AtomicI64::new(core.high_watermark()),
             log: RwLock::new(log),
-            state: Mutex::new(State {
-                leader_id: NO_LEADER,
-                leader_epoch: -1,
-                partition_epoch: -1,
-                replicas: Vec::new(),
-                isr: Vec::new(),
-                leader: None,
-                follower_high_watermark: hw,
-                next_shrink_check: None,
-                config,
-            }),
-            log_end_offset: AtomicI64::new(leo),
-            high_watermark: AtomicI64::new(hw),
+            core: Mutex::new(core),
         })
     }
 
+    /// Executes the effects that belong to the partition (the core's lock is held,
+    /// so nothing can run between the decision and these): a new leader epoch is in
+    /// the epoch cache before any append under it, the high watermark mirror moves,
+    /// committed ISR changes are counted. The rest is the replica manager's.
+    fn execute(&self, effects: Effects) -> Effects {
+        if let Some(start) = effects.start_epoch {
+            if let Err(e) = self
+                .log
+                .write()
+                .assign_epoch(start.epoch, start.start_offset)
+            {
+                tracing::error!(partition = %self.tp, error = %e, "cannot record the new leader epoch");
+            }
+        }
+        if let Some(hw) = effects.high_watermark {
+            self.high_watermark.store(hw, Ordering::Release);
+        }
+        if let Some((kind, isr)) = &effects.isr_committed {
+            (self.isr_listener)(&self.tp, *kind, isr);
+        }
+        effects
+    }
+
+    /// The log end offset (lock-free).
     pub fn log_end_offset(&self) -> i64 {
         self.log_end_offset.load(Ordering::Acquire)
     }
 
+    /// The high watermark (lock-free).
     pub fn high_watermark(&self) -> i64 {
         self.high_watermark.load(Ordering::Acquire)
     }
 
+    /// The log's start offset.
     pub fn log_start_offset(&self) -> i64 {
         self.log.read().log_start_offset()
     }
 
+    /// This replica leads the partition.
     pub fn is_leader(&self) -> bool {
-        self.state.lock().leader.is_some()
+        self.core.lock().is_leader()
     }
 
+    /// The current leader epoch (-1 before the first announcement).
     pub fn leader_epoch(&self) -> i32 {
-        self.state.lock().leader_epoch
-    }
-
-    pub fn leader_id(&self) -> i32 {
-        self.state.lock().leader_id
+        self.core.lock().leader_epoch()
     }
 
     /// (leader id, leader epoch), for error hints.
     pub fn current_leader(&self) -> pb::LeaderIdAndEpoch {
-        let st = self.state.lock();
-        pb::LeaderIdAndEpoch {
-            leader_id: st.leader_id,
-            leader_epoch: st.leader_epoch,
-        }
+        self.core.lock().current_leader()
     }
 
-    /// Leader-only snapshot for metrics: (ISR size, replicas, min ISR, under-replicated
-    /// count helpers). None when not leader.
+    /// The assigned replicas (as last announced).
+    pub fn replicas(&self) -> Vec<i32> {
+        self.core.lock().replicas().to_vec()
+    }
+
+    /// Leader-only figures for the metrics; None when not leader.
     pub fn leader_health(&self) -> Option<LeaderHealth> {
-        let st = self.state.lock();
-        let l = st.leader.as_ref()?;
-        let leo = self.log_end_offset();
-        Some(LeaderHealth {
-            isr_size: l.isr().len(),
-            replicas: l.replicas().len(),
-            min_insync_replicas: l.min_insync_replicas(),
-            max_follower_lag: l
-                .followers()
-                .iter()
-                .map(|f| {
-                    if f.log_end_offset < 0 {
-                        leo
-                    } else {
-                        leo - f.log_end_offset
-                    }
-                })
-                .max()
-                .unwrap_or(0),
-        })
-    }
-
-    fn set_high_watermark(&self, hw: i64) {
-        self.high_watermark.store(hw, Ordering::Release);
+        self.core.lock().leader_health()
     }
 
     // --- leader: produce ---
@@ -264,21 +210,13 @@ impl Partition {
         acks: i32,
         client_epoch: Option<i32>,
         now_ms: i64,
-    ) -> Result<LeaderAppend, ErrorCode> {
-        let mut st = self.state.lock();
-        let epoch = st.leader_epoch;
-        // The client's epoch first (KIP-320): a stale client learns it is stale.
-        check_epoch(epoch, client_epoch)?;
-        let leader = st.leader.as_mut().ok_or(ErrorCode::NotLeaderOrFollower)?;
-        if acks == syncline_proto::ACKS_ALL {
-            if let Err(isr_size) = leader.check_enough_replicas() {
-                tracing::debug!(
-                    partition = %self.tp, isr_size, min_insync_replicas = leader.min_insync_replicas(),
-                    "refusing acks=all produce: ISR below min.insync.replicas"
-                );
-                return Err(ErrorCode::NotEnoughReplicas);
+    ) -> Result<(LeaderAppend, Effects), ErrorCode> {
+        let mut core = self.core.lock();
+        let epoch = core.check_leader_append(acks, client_epoch).inspect_err(|code| {
+            if *code == ErrorCode::NotEnoughReplicas {
+                tracing::debug!(partition = %self.tp, "refusing acks=all produce: ISR below min.insync.replicas");
             }
-        }
+        })?;
         let mut log = self.log.write();
         let info = log
             .append_as_leader(batches, epoch, now_ms)
@@ -287,52 +225,32 @@ impl Partition {
         let log_start_offset = log.log_start_offset();
         drop(log);
         self.log_end_offset.store(leo, Ordering::Release);
-        let advanced = leader.on_leader_append(leo);
-        if advanced {
-            self.set_high_watermark(leader.high_watermark());
-        }
-        Ok(LeaderAppend {
-            base_offset: info.first_offset,
-            last_offset: info.last_offset,
-            log_start_offset,
-            leader_epoch: epoch,
-            high_watermark_advanced: advanced,
-        })
+        let effects = self.execute(core.on_leader_append(leo));
+        Ok((
+            LeaderAppend {
+                base_offset: info.first_offset,
+                last_offset: info.last_offset,
+                log_start_offset,
+                leader_epoch: epoch,
+            },
+            effects,
+        ))
     }
 
     /// Where an acks=all produce that needs `required_offset` (last offset + 1),
     /// appended under `append_epoch`, stands.
     pub fn check_produce(&self, required_offset: i64, append_epoch: i32) -> ProduceCheck {
-        let st = self.state.lock();
-        let Some(leader) = st.leader.as_ref() else {
-            return ProduceCheck::Failed(ErrorCode::NotLeaderOrFollower);
-        };
-        if st.leader_epoch != append_epoch {
-            // Leadership moved away and back: the records may have been truncated.
-            return ProduceCheck::Failed(ErrorCode::NotLeaderOrFollower);
-        }
-        if leader.high_watermark() >= required_offset {
-            if leader.is_under_min_isr() {
-                ProduceCheck::Failed(ErrorCode::NotEnoughReplicasAfterAppend)
-            } else {
-                ProduceCheck::Acked(leader.acked_isr(required_offset))
-            }
-        } else {
-            ProduceCheck::Pending
-        }
+        self.core
+            .lock()
+            .check_produce(required_offset, append_epoch)
     }
 
     /// Final word on an acks=all produce whose timeout passed.
     pub fn expired_produce_error(&self) -> ErrorCode {
-        let st = self.state.lock();
-        match st.leader.as_ref() {
-            Some(l) if l.is_under_min_isr() => ErrorCode::NotEnoughReplicasAfterAppend,
-            Some(_) => ErrorCode::RequestTimedOut,
-            None => ErrorCode::NotLeaderOrFollower,
-        }
+        self.core.lock().expired_produce_error()
     }
 
-    // --- leader: fetch ---
+    // --- fetch ---
 
     /// A consumer read: records below the high watermark only. Touches no
     /// replication state.
@@ -343,10 +261,10 @@ impl Partition {
         client_epoch: Option<i32>,
         allow_follower_read: bool,
     ) -> Result<ReadResult, ErrorCode> {
-        let hw = {
-            let st = self.state.lock();
-            check_epoch(st.leader_epoch, client_epoch)?;
-            self.consumer_high_watermark(&st, allow_follower_read)?
+        let (hw, leader_epoch) = {
+            let core = self.core.lock();
+            let hw = core.consumer_high_watermark(client_epoch, allow_follower_read)?;
+            (hw, core.leader_epoch())
         };
         let log = self.log.read();
         let (start, leo) = (log.log_start_offset(), log.log_end_offset());
@@ -365,47 +283,21 @@ impl Partition {
             high_watermark: hw,
             log_start_offset: start,
             log_end_offset: leo,
+            leader_epoch,
             diverging_epoch: None,
         })
     }
 
-    /// How far a consumer may read here: the leader's HW, or on a follower (for a
-    /// consumer that fetches from followers, KIP-392) the follower's own HW.
-    fn consumer_high_watermark(
-        &self,
-        st: &State,
-        allow_follower_read: bool,
-    ) -> Result<i64, ErrorCode> {
-        match st.leader.as_ref() {
-            Some(leader) => Ok(leader.high_watermark()),
-            None if allow_follower_read
-                && st.leader_id != NO_LEADER
-                && st.replicas.contains(&self.local_id) =>
-            {
-                Ok(st.follower_high_watermark)
-            }
-            None => Err(ErrorCode::NotLeaderOrFollower),
-        }
-    }
-
     /// The replica a consumer in `client_rack` should read from instead of this
-    /// leader (KIP-392's rack-aware selector): an ISR member in the client's rack,
-    /// unless the leader is in it. None when not leader or nothing better.
+    /// leader (KIP-392). None when not leader or nothing better.
     pub fn preferred_read_replica(
         &self,
         client_rack: &str,
         rack_of: impl Fn(i32) -> Option<String>,
     ) -> Option<i32> {
-        let st = self.state.lock();
-        let leader = st.leader.as_ref()?;
-        if rack_of(self.local_id).as_deref() == Some(client_rack) {
-            return None;
-        }
-        st.replicas
-            .iter()
-            .copied()
-            .filter(|r| *r != self.local_id && leader.isr().contains(r))
-            .find(|r| rack_of(*r).as_deref() == Some(client_rack))
+        self.core
+            .lock()
+            .preferred_read_replica(client_rack, rack_of)
     }
 
     /// A follower read: records up to the leader's LEO, or the point where the
@@ -419,14 +311,10 @@ impl Partition {
         client_epoch: Option<i32>,
         max_bytes: usize,
     ) -> Result<ReadResult, ErrorCode> {
-        let hw = {
-            let st = self.state.lock();
-            check_epoch(st.leader_epoch, client_epoch)?;
-            let leader = st.leader.as_ref().ok_or(ErrorCode::NotLeaderOrFollower)?;
-            if !leader.replicas().contains(&follower_id) {
-                return Err(ErrorCode::NotLeaderOrFollower);
-            }
-            leader.high_watermark()
+        let (hw, leader_epoch) = {
+            let core = self.core.lock();
+            let hw = core.check_follower_read(follower_id, client_epoch)?;
+            (hw, core.leader_epoch())
         };
         let log = self.log.read();
         let (start, leo) = (log.log_start_offset(), log.log_end_offset());
@@ -435,14 +323,15 @@ impl Partition {
             high_watermark: hw,
             log_start_offset: start,
             log_end_offset: leo,
+            leader_epoch,
             diverging_epoch: None,
         };
         if let Some(epoch) = last_fetched_epoch {
-            // KIP-595: where does the follower's last epoch end here? If this log has no
-            // such epoch, or it ends before the follower's LEO, the logs diverge.
-            let (end_epoch, end_offset) = log.end_offset_for_epoch(epoch).unwrap_or((-1, -1));
-            if end_epoch < epoch || end_offset < fetch_offset {
-                result.diverging_epoch = Some((end_epoch, end_offset));
+            let local_end = log
+                .end_offset_for_epoch(epoch)
+                .unwrap_or(EpochEndOffset::UNDEFINED);
+            result.diverging_epoch = core::diverging_epoch(epoch, fetch_offset, local_end);
+            if result.diverging_epoch.is_some() {
                 return Ok(result);
             }
         }
@@ -459,30 +348,12 @@ impl Partition {
     }
 
     /// Records a follower's fetch offset (its LEO) on the leader: caught-up time, HW,
-    /// ISR expansion. `request_epoch` is the leader epoch the fetch was validated
-    /// against; if leadership changed since, nothing is recorded.
-    pub fn record_follower_fetch(
-        &self,
-        now: Instant,
-        f: &FollowerFetch,
-    ) -> Option<FollowerFetchOutcome> {
-        let mut st = self.state.lock();
-        if st.leader_epoch != f.request_epoch {
-            return None;
-        }
-        let leader = st.leader.as_mut()?;
-        let outcome = leader.on_follower_fetch(
-            now,
-            f.follower_id,
-            f.broker_epoch,
-            f.fetch_offset,
-            f.leader_leo,
-            f.eligible,
-        )?;
-        if outcome.high_watermark_advanced {
-            self.set_high_watermark(leader.high_watermark());
-        }
-        Some(outcome)
+    /// ISR expansion. If leadership changed since the fetch was read under
+    /// `f.request_epoch`, nothing is recorded.
+    pub fn record_follower_fetch(&self, now: Instant, f: &FollowerFetch) -> Effects {
+        let mut core = self.core.lock();
+        let effects = core.on_follower_fetch(now, f);
+        self.execute(effects)
     }
 
     /// For a waiting fetch: how many bytes are available past `fetch_offset`, or
@@ -494,48 +365,33 @@ impl Partition {
         request_epoch: Option<i32>,
         allow_follower_read: bool,
     ) -> FetchReadiness {
-        let (end, epoch) = {
-            let st = self.state.lock();
-            let end = if is_follower {
-                if st.leader.is_none() {
-                    return FetchReadiness::Changed;
-                }
-                self.log_end_offset()
-            } else {
-                match self.consumer_high_watermark(&st, allow_follower_read) {
-                    Ok(hw) => hw,
-                    Err(_) => return FetchReadiness::Changed,
-                }
-            };
-            (end, st.leader_epoch)
-        };
-        if request_epoch.is_some_and(|e| e != epoch) || end < fetch_offset {
+        let target = self
+            .core
+            .lock()
+            .fetch_wait_target(is_follower, allow_follower_read);
+        let Some((end, epoch)) = target else {
             return FetchReadiness::Changed;
-        }
-        if end == fetch_offset {
-            return FetchReadiness::Bytes(0);
-        }
-        match self.log.read().bytes_between(fetch_offset, end) {
-            Ok(n) => FetchReadiness::Bytes(n),
-            // The offset left the log (truncation, retention): answer now.
-            Err(_) => FetchReadiness::Changed,
-        }
+        };
+        core::fetch_readiness(end, epoch, request_epoch, fetch_offset, || {
+            self.log.read().bytes_between(fetch_offset, end).ok()
+        })
     }
 
-    /// OffsetsForLeaderEpoch on the leader: where `epoch` ends in this log.
+    /// OffsetsForLeaderEpoch: where `epoch` ends in this log.
     pub fn end_offset_for_epoch(
         &self,
         epoch: i32,
         client_epoch: Option<i32>,
         require_leader: bool,
-    ) -> Result<(i32, i64), ErrorCode> {
-        let st = self.state.lock();
-        check_epoch(st.leader_epoch, client_epoch)?;
-        if require_leader && st.leader.is_none() {
-            return Err(ErrorCode::NotLeaderOrFollower);
-        }
-        let log = self.log.read();
-        Ok(log.end_offset_for_epoch(epoch).unwrap_or((-1, -1)))
+    ) -> Result<EpochEndOffset, ErrorCode> {
+        self.core
+            .lock()
+            .check_epoch_lookup(client_epoch, require_leader)?;
+        Ok(self
+            .log
+            .read()
+            .end_offset_for_epoch(epoch)
+            .unwrap_or(EpochEndOffset::UNDEFINED))
     }
 
     /// ListOffsets: -2 earliest, -1 latest (HW for consumers, LEO for replicas).
@@ -545,189 +401,59 @@ impl Partition {
         client_epoch: Option<i32>,
         from_replica: bool,
     ) -> Result<(i64, i32), ErrorCode> {
-        let st = self.state.lock();
-        check_epoch(st.leader_epoch, client_epoch)?;
-        let leader = st.leader.as_ref().ok_or(ErrorCode::NotLeaderOrFollower)?;
-        let offset = match timestamp {
-            syncline_proto::EARLIEST_TIMESTAMP => self.log.read().log_start_offset(),
-            syncline_proto::LATEST_TIMESTAMP if from_replica => self.log_end_offset(),
-            syncline_proto::LATEST_TIMESTAMP => leader.high_watermark(),
-            _ => return Err(ErrorCode::InvalidRequest),
-        };
-        Ok((offset, st.leader_epoch))
+        let core = self.core.lock();
+        let log_start = self.log.read().log_start_offset();
+        core.list_offset(timestamp, client_epoch, from_replica, log_start)
     }
 
     // --- leader: ISR ---
 
-    /// The periodic ISR shrink check, every `replica.lag.time.max.ms / 2` of this
-    /// partition's topic (the broker polls more often; each partition keeps its own
-    /// pace, so a topic's shorter lag time applies from the moment it is known).
-    pub fn maybe_shrink_isr(&self, now: Instant) -> Option<IsrProposal> {
-        let mut st = self.state.lock();
-        let leo = self.log_end_offset();
-        let due = st.next_shrink_check.is_none_or(|t| now >= t);
-        let leader = st.leader.as_mut()?;
-        if !due {
-            return None;
-        }
-        let next = now + leader.lag_time_max() / 2;
-        let proposal = leader.maybe_shrink(now, leo);
-        st.next_shrink_check = Some(next);
-        proposal
+    /// The timer: the periodic ISR shrink check, at this partition's own pace.
+    pub fn on_tick(&self, now: Instant) -> Effects {
+        let effects = self.core.lock().on_tick(now);
+        self.execute(effects)
     }
 
     /// The controller answered our AlterPartition.
-    pub fn on_alter_partition_result(
-        &self,
-        result: Result<(Vec<i32>, i32, i32), ErrorCode>,
-        now: Instant,
-    ) -> Option<IsrCommit> {
-        let mut st = self.state.lock();
-        let leo = self.log_end_offset();
-        let epoch = st.leader_epoch;
-        let leader = st.leader.as_mut()?;
-        match result {
-            Ok((isr, leader_epoch, partition_epoch)) if leader_epoch == epoch => {
-                let commit = self.apply_commit(leader, isr.clone(), partition_epoch, leo)?;
-                if commit.high_watermark_advanced {
-                    self.set_high_watermark(leader.high_watermark());
-                }
-                st.isr = isr;
-                st.partition_epoch = partition_epoch;
-                Some(commit)
-            }
-            Ok(_) => {
-                leader.on_isr_change_failed(leo, now);
-                None
-            }
-            Err(_) => {
-                let advanced = leader.on_isr_change_failed(leo, now);
-                if advanced {
-                    self.set_high_watermark(leader.high_watermark());
-                }
-                None
-            }
-        }
+    pub fn on_alter_partition_result(&self, result: AlterPartitionResult, now: Instant) -> Effects {
+        let mut core = self.core.lock();
+        let effects = core.on_alter_partition_result(result, now);
+        self.execute(effects)
     }
 
     // --- role changes ---
 
-    /// Applies the controller's announcement. Announcements with an older partition
-    /// epoch than the last one applied are ignored.
+    /// Applies the controller's announcement, with the topic's config.
     pub fn apply_partition_state(
         &self,
         ps: &pb::PartitionState,
         config: TopicConfig,
         local_broker_epoch: i64,
         now: Instant,
-    ) -> (RoleChange, Option<IsrCommit>) {
-        let mut st = self.state.lock();
-        if ps.partition_epoch < st.partition_epoch
-            || (ps.partition_epoch == st.partition_epoch && ps.leader_epoch == st.leader_epoch)
-        {
-            if st.config != config {
-                self.apply_config(&mut st, config);
-            }
-            return (RoleChange::None, None);
-        }
-        if ps.leader_epoch < st.leader_epoch {
-            return (RoleChange::None, None);
-        }
-        let leo = self.log_end_offset();
-        let same_epoch = ps.leader_epoch == st.leader_epoch;
-        let was_leader = st.leader.is_some();
-        st.replicas = ps.replicas.clone();
-        st.isr = ps.isr.clone();
-        st.partition_epoch = ps.partition_epoch;
-        st.leader_id = ps.leader;
-        st.leader_epoch = ps.leader_epoch;
-        self.apply_config(&mut st, config.clone());
-
-        if ps.leader == self.local_id {
-            if same_epoch && was_leader {
-                let leader = st.leader.as_mut().expect("was leader");
-                let commit = self.apply_commit(leader, ps.isr.clone(), ps.partition_epoch, leo);
-                if commit.is_some_and(|c| c.high_watermark_advanced) {
-                    let hw = leader.high_watermark();
-                    self.set_high_watermark(hw);
-                }
-                return (RoleChange::Updated, commit);
-            }
-            // A new leader epoch starts at our LEO.
-            if let Err(e) = self.log.write().assign_epoch(ps.leader_epoch, leo) {
-                tracing::error!(partition = %self.tp, error = %e, "cannot record the new leader epoch");
-            }
-            let hw = if was_leader {
-                self.high_watermark()
-            } else {
-                st.follower_high_watermark
-            };
-            let leader = LeaderState::new(
-                BecomeLeader {
-                    local_id: self.local_id,
-                    local_broker_epoch,
-                    leader_epoch: ps.leader_epoch,
-                    partition_epoch: ps.partition_epoch,
-                    replicas: ps.replicas.clone(),
-                    isr: ps.isr.clone(),
-                    high_watermark: hw,
-                    log_end_offset: leo,
-                    min_insync_replicas: config.min_insync_replicas,
-                    lag_time_max: config.replica_lag_time_max,
-                },
-                now,
-            );
-            self.set_high_watermark(leader.high_watermark());
-            st.next_shrink_check = Some(now + config.replica_lag_time_max / 2);
-            st.leader = Some(leader);
-            tracing::info!(
-                partition = %self.tp, leader_epoch = ps.leader_epoch, isr = ?ps.isr,
-                log_end_offset = leo, high_watermark = self.high_watermark(),
-                "became leader"
-            );
-            return (RoleChange::BecameLeader, None);
-        }
-        let stepped_down = match st.leader.take() {
-            Some(l) => {
-                st.follower_high_watermark = l.high_watermark();
-                true
-            }
-            None => false,
-        };
-        if !stepped_down && same_epoch {
-            // Still following the same leader in the same epoch: only the ISR or the
-            // replica set changed.
-            return (RoleChange::Updated, None);
-        }
-        if ps.leader == NO_LEADER {
-            tracing::info!(partition = %self.tp, leader_epoch = ps.leader_epoch, "partition offline");
-            return (RoleChange::BecameOffline, None);
-        }
-        tracing::info!(
-            partition = %self.tp, leader = ps.leader, leader_epoch = ps.leader_epoch,
-            "became follower"
+    ) -> Effects {
+        let mut core = self.core.lock();
+        let effects = core.on_leader_and_isr(
+            &Announcement::from(ps),
+            replication_config(&config),
+            local_broker_epoch,
+            now,
         );
-        (RoleChange::BecameFollower, None)
-    }
-
-    fn apply_config(&self, st: &mut State, config: TopicConfig) {
-        let leo = self.log_end_offset();
-        if let Some(l) = st.leader.as_mut() {
-            if l.lag_time_max() != config.replica_lag_time_max {
-                // Re-paced at the next poll.
-                st.next_shrink_check = None;
+        match effects.role {
+            RoleChange::BecameLeader => tracing::info!(
+                partition = %self.tp, leader_epoch = ps.leader_epoch, isr = ?ps.isr,
+                log_end_offset = core.log_end_offset(), high_watermark = core.high_watermark(),
+                "became leader"
+            ),
+            RoleChange::BecameFollower => tracing::info!(
+                partition = %self.tp, leader = ps.leader, leader_epoch = ps.leader_epoch,
+                "became follower"
+            ),
+            RoleChange::BecameOffline => {
+                tracing::info!(partition = %self.tp, leader_epoch = ps.leader_epoch, "partition offline")
             }
-            l.set_lag_time_max(config.replica_lag_time_max);
-            if l.set_min_insync_replicas(config.min_insync_replicas, leo) {
-                self.set_high_watermark(l.high_watermark());
-            }
+            RoleChange::Updated | RoleChange::None => {}
         }
-        st.config = config;
-    }
-
-    /// The replicas this partition is assigned to (as last announced).
-    pub fn replicas(&self) -> Vec<i32> {
-        self.state.lock().replicas.clone()
+        self.execute(effects)
     }
 
     // --- follower ---
@@ -743,7 +469,7 @@ impl Partition {
     }
 
     /// This replica's own end offset for `epoch` (truncation decisions).
-    pub fn local_end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
+    pub fn local_end_offset_for_epoch(&self, epoch: i32) -> Option<EpochEndOffset> {
         self.log.read().end_offset_for_epoch(epoch)
     }
 
@@ -756,10 +482,8 @@ impl Partition {
         leader_epoch: i32,
         now_ms: i64,
     ) -> Result<i64, ErrorCode> {
-        let mut st = self.state.lock();
-        if st.leader.is_some() || st.leader_epoch != leader_epoch {
-            return Err(ErrorCode::FencedLeaderEpoch);
-        }
+        let mut core = self.core.lock();
+        core.check_follower(leader_epoch)?;
         let mut log = self.log.write();
         if !batches.is_empty() {
             log.append_as_follower(batches, now_ms).map_err(|e| {
@@ -773,21 +497,16 @@ impl Partition {
         let leo = log.log_end_offset();
         drop(log);
         self.log_end_offset.store(leo, Ordering::Release);
-        let hw = leader_high_watermark
-            .min(leo)
-            .max(st.follower_high_watermark.min(leo));
-        st.follower_high_watermark = hw;
-        self.set_high_watermark(hw);
+        let effects = core.on_follower_append(leader_high_watermark, leo);
+        let _ = self.execute(effects);
         Ok(leo)
     }
 
     /// Truncates the follower's log to `offset` (epoch-based truncation; never below
     /// what the leader confirmed).
     pub fn truncate_to(&self, offset: i64, leader_epoch: i32) -> Result<i64, ErrorCode> {
-        let mut st = self.state.lock();
-        if st.leader.is_some() || st.leader_epoch != leader_epoch {
-            return Err(ErrorCode::FencedLeaderEpoch);
-        }
+        let mut core = self.core.lock();
+        core.check_follower(leader_epoch)?;
         let mut log = self.log.write();
         let before = log.log_end_offset();
         if offset < before {
@@ -801,10 +520,8 @@ impl Partition {
         let leo = log.log_end_offset();
         drop(log);
         self.log_end_offset.store(leo, Ordering::Release);
-        if st.follower_high_watermark > leo {
-            st.follower_high_watermark = leo;
-            self.set_high_watermark(leo);
-        }
+        let effects = core.on_follower_truncated(leo);
+        let _ = self.execute(effects);
         Ok(leo)
     }
 
@@ -814,22 +531,19 @@ impl Partition {
         offset: i64,
         leader_epoch: i32,
     ) -> Result<(), ErrorCode> {
-        let mut st = self.state.lock();
-        if st.leader.is_some() || st.leader_epoch != leader_epoch {
-            return Err(ErrorCode::FencedLeaderEpoch);
-        }
+        let mut core = self.core.lock();
+        core.check_follower(leader_epoch)?;
         let mut log = self.log.write();
         log.truncate_fully_and_start_at(offset).map_err(storage)?;
-        // The atomic still holds the LEO from before the truncation.
         tracing::info!(
             topic = %self.tp.topic, partition = self.tp.partition,
-            reason = "fetch offset below the leader's log start", from = self.log_end_offset(),
+            reason = "fetch offset below the leader's log start", from = core.log_end_offset(),
             to = offset, leader_epoch, "truncation: log emptied to restart at the leader's log start"
         );
         drop(log);
         self.log_end_offset.store(offset, Ordering::Release);
-        st.follower_high_watermark = offset;
-        self.set_high_watermark(offset);
+        let effects = core.on_follower_restarted_at(offset);
+        let _ = self.execute(effects);
         Ok(())
     }
 
@@ -868,84 +582,10 @@ impl Partition {
         }
     }
 
-    /// Applies a committed ISR to the leader state (caller holds the state lock).
-    fn apply_commit(
-        &self,
-        leader: &mut LeaderState,
-        isr: Vec<i32>,
-        partition_epoch: i32,
-        leo: i64,
-    ) -> Option<IsrCommit> {
-        if partition_epoch <= leader.partition_epoch() {
-            return None;
-        }
-        // The controller may order the ISR its own way: compare as sets.
-        let same_members =
-            |a: &[i32], b: &[i32]| a.len() == b.len() && a.iter().all(|r| b.contains(r));
-        let committed_change = leader
-            .pending()
-            .filter(|p| same_members(&p.isr, &isr))
-            .map(|p| p.change);
-        if let Some(kind) = committed_change {
-            (self.isr_listener)(&self.tp, kind, &isr);
-        }
-        let advanced = leader.on_isr_committed(isr, partition_epoch, leo);
-        Some(IsrCommit {
-            high_watermark_advanced: advanced,
-            committed_change,
-        })
-    }
-
     /// DescribeTopics' leader view; None when not leader.
     pub fn describe(&self, now: Instant) -> Option<pb::PartitionDescription> {
-        let st = self.state.lock();
-        let l = st.leader.as_ref()?;
-        let leo = self.log_end_offset();
-        let mut statuses = vec![pb::ReplicaStatus {
-            broker_id: self.local_id,
-            log_end_offset: leo,
-            lag_offsets: 0,
-            last_caught_up_ms_ago: 0,
-            in_isr: true,
-        }];
-        statuses.extend(l.followers().iter().map(|f| {
-            pb::ReplicaStatus {
-                broker_id: f.broker_id,
-                log_end_offset: f.log_end_offset,
-                lag_offsets: if f.log_end_offset < 0 {
-                    leo
-                } else {
-                    leo - f.log_end_offset
-                },
-                last_caught_up_ms_ago: f
-                    .last_caught_up
-                    .map_or(-1, |t| now.saturating_duration_since(t).as_millis() as i64),
-                in_isr: l.isr().contains(&f.broker_id),
-            }
-        }));
-        Some(pb::PartitionDescription {
-            partition: self.tp.partition,
-            error_code: ErrorCode::None as i32,
-            leader_id: self.local_id,
-            leader_epoch: st.leader_epoch,
-            partition_epoch: l.partition_epoch(),
-            replicas: l.replicas().to_vec(),
-            isr: l.isr().to_vec(),
-            from_leader: true,
-            high_watermark: l.high_watermark(),
-            log_end_offset: leo,
-            log_start_offset: self.log.read().log_start_offset(),
-            replica_statuses: statuses,
-            pending_isr: l.pending().map(|p| p.isr.clone()).unwrap_or_default(),
-        })
+        let core = self.core.lock();
+        let log_start = self.log.read().log_start_offset();
+        core.describe(self.tp.partition, log_start, now)
     }
-}
-
-/// Health figures of a partition this broker leads.
-#[derive(Debug, Clone, Copy)]
-pub struct LeaderHealth {
-    pub isr_size: usize,
-    pub replicas: usize,
-    pub min_insync_replicas: usize,
-    pub max_follower_lag: i64,
 }

@@ -1,0 +1,912 @@
+//! The partition core: every replication rule of one partition replica, as a pure
+//! state machine. It holds the replica's role (leader with its [`LeaderState`], or
+//! not), the announced leader, epochs, replicas and ISR, and the **one** high
+//! watermark; it takes events (a LeaderAndIsr announcement, an append, a follower
+//! fetch, an AlterPartition answer, a timer tick, a follower append or truncation)
+//! with `now` and the log's facts passed in, and returns [`Effects`]: values that
+//! say what must happen (record a new leader epoch, publish the new high
+//! watermark, count a committed ISR change, send an AlterPartition, start or stop
+//! fetching, wake waiting fetches and produces). It does no I/O and reads no clock.
+//!
+//! The shell executes effects in two layers, each the only one for its part:
+//! [`Partition`](super::Partition) executes those on the log and its own mirrors
+//! while it holds the partition's lock (`start_epoch` before any append of the new
+//! epoch, `high_watermark`, `isr_committed`); the replica manager executes the rest
+//! (`wake`, `alter_partition`, `fetcher`).
+
+use std::time::Duration;
+
+use syncline_proto::{pb, EpochEndOffset, ErrorCode, ACKS_ALL, NO_LEADER};
+use tokio::time::Instant;
+
+use super::leader_state::{BecomeLeader, FollowerFetch, IsrChangeKind, IsrProposal, LeaderState};
+
+/// The part of a topic's config the replication rules read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicationConfig {
+    /// `min.insync.replicas` (at least 1).
+    pub min_insync_replicas: usize,
+    /// `replica.lag.time.max.ms`.
+    pub lag_time_max: Duration,
+}
+
+/// One partition's state as the controller announces it (LeaderAndIsr).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Announcement {
+    /// The leader (None: offline).
+    pub leader: Option<i32>,
+    /// The leader epoch.
+    pub leader_epoch: i32,
+    /// The partition epoch (bumped by every change of leader, ISR or replicas).
+    pub partition_epoch: i32,
+    /// The assigned replicas, in preference order.
+    pub replicas: Vec<i32>,
+    /// The committed ISR.
+    pub isr: Vec<i32>,
+}
+
+impl From<&pb::PartitionState> for Announcement {
+    fn from(ps: &pb::PartitionState) -> Announcement {
+        Announcement {
+            leader: (ps.leader != NO_LEADER).then_some(ps.leader),
+            leader_epoch: ps.leader_epoch,
+            partition_epoch: ps.partition_epoch,
+            replicas: ps.replicas.clone(),
+            isr: ps.isr.clone(),
+        }
+    }
+}
+
+/// An ISR the controller committed in answer to our AlterPartition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedIsr {
+    /// The new ISR.
+    pub isr: Vec<i32>,
+    /// The leader epoch it was committed under.
+    pub leader_epoch: i32,
+    /// Its partition epoch.
+    pub partition_epoch: i32,
+}
+
+/// The controller's answer to an AlterPartition.
+pub type AlterPartitionResult = Result<CommittedIsr, ErrorCode>;
+
+/// What changed in a role transition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RoleChange {
+    /// Stale or identical announcement: nothing to do.
+    #[default]
+    None,
+    /// Same leader and epoch; ISR/replicas/partition epoch updated.
+    Updated,
+    /// This replica leads a new leader epoch.
+    BecameLeader,
+    /// This replica follows a new leader or leader epoch.
+    BecameFollower,
+    /// No leader: the partition is offline.
+    BecameOffline,
+}
+
+/// Whom to wake in the purgatories, weakest first (merging keeps the strongest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum Wake {
+    /// No one.
+    #[default]
+    Nobody,
+    /// Fetches waiting on the partition: records were appended.
+    Fetches,
+    /// Fetches and acks=all produces: the high watermark moved, or the partition
+    /// changed under them (role, epoch) and they must answer.
+    FetchesAndProduces,
+}
+
+/// What the replica fetchers must do for the partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetcherChange {
+    /// Fetch from `leader` under `leader_epoch` (truncating first).
+    Follow {
+        /// The leader to fetch from.
+        leader: i32,
+        /// Its leader epoch.
+        leader_epoch: i32,
+    },
+    /// Stop fetching the partition (it leads, or is offline).
+    Stop,
+}
+
+/// A new leader epoch starts at `start_offset`: record it in the leader-epoch
+/// cache before anything is appended under it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EpochStart {
+    /// The new leader epoch.
+    pub epoch: i32,
+    /// Its first offset (the leader's LEO when it took office).
+    pub start_offset: i64,
+}
+
+/// What an event requires of the shell. See the module docs for who executes what.
+#[must_use = "effects do nothing unless the shell executes them"]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Effects {
+    /// The role transition an announcement made (for logs and callers).
+    pub role: RoleChange,
+    /// Record a new leader epoch in the log's epoch cache.
+    pub start_epoch: Option<EpochStart>,
+    /// The high watermark moved to this value: publish it.
+    pub high_watermark: Option<i64>,
+    /// Our own ISR proposal committed (count it, with the new ISR for the log).
+    pub isr_committed: Option<(IsrChangeKind, Vec<i32>)>,
+    /// Propose this ISR change to the controller.
+    pub alter_partition: Option<IsrProposal>,
+    /// Start or stop fetching.
+    pub fetcher: Option<FetcherChange>,
+    /// Wake waiting operations.
+    pub wake: Wake,
+}
+
+impl Effects {
+    /// The same effects, waking every waiter on the partition.
+    pub fn wake_all(self) -> Effects {
+        self.wake(Wake::FetchesAndProduces)
+    }
+
+    fn wake(mut self, wake: Wake) -> Effects {
+        self.wake = self.wake.max(wake);
+        self
+    }
+
+    /// The high watermark moved to `hw`: publish it and wake every waiter on it.
+    fn high_watermark(mut self, hw: i64) -> Effects {
+        self.high_watermark = Some(hw);
+        self.wake(Wake::FetchesAndProduces)
+    }
+}
+
+/// Where an acks=all produce stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProduceCheck {
+    /// The high watermark has not reached it yet.
+    Pending,
+    /// Done: acknowledged by these replicas.
+    Acked(Vec<i32>),
+    /// Done, with this error.
+    Failed(ErrorCode),
+}
+
+/// Why a fetch waiting in the purgatory should be answered now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchReadiness {
+    /// This many bytes are there to read.
+    Bytes(u64),
+    /// The partition changed under the fetch (role, epoch, truncation, divergence):
+    /// answer now with whatever the read says.
+    Changed,
+}
+
+/// Health figures of a partition this broker leads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaderHealth {
+    /// Members of the committed ISR.
+    pub isr_size: usize,
+    /// Assigned replicas.
+    pub replicas: usize,
+    /// The topic's `min.insync.replicas`.
+    pub min_insync_replicas: usize,
+    /// The largest follower lag, in offsets.
+    pub max_follower_lag: i64,
+}
+
+#[derive(Debug, Clone)]
+enum Role {
+    Leader(LeaderState),
+    /// Following, offline, or not told yet: the high watermark is the follower's.
+    NotLeader {
+        high_watermark: i64,
+    },
+}
+
+/// See the module docs. Invariants (checked in debug builds): HW ≤ LEO, the leader
+/// epoch never decreases, a leader's ISR contains it.
+#[derive(Debug, Clone)]
+pub struct PartitionCore {
+    local_id: i32,
+    leader: Option<i32>,
+    /// -1 until the first announcement.
+    leader_epoch: i32,
+    /// -1 until the first announcement.
+    partition_epoch: i32,
+    replicas: Vec<i32>,
+    isr: Vec<i32>,
+    role: Role,
+    /// The log's end offset, as the shell last reported it.
+    log_end_offset: i64,
+    /// When the leader's next ISR shrink check is due (None: at the next tick).
+    next_shrink_check: Option<Instant>,
+    config: ReplicationConfig,
+}
+
+/// KIP-320: a request's leader epoch against the replica's. Older is fenced, newer
+/// is not known here yet; none given is not checked.
+pub fn check_epoch(current: i32, requested: Option<i32>) -> Result<(), ErrorCode> {
+    match requested {
+        Some(e) if e < current => Err(ErrorCode::FencedLeaderEpoch),
+        Some(e) if e > current => Err(ErrorCode::UnknownLeaderEpoch),
+        _ => Ok(()),
+    }
+}
+
+/// KIP-595: a follower that last fetched `last_fetched_epoch` and is at
+/// `fetch_offset` diverges from this leader's log, where that epoch ends at
+/// `local_end`, when this log has no such epoch or it ends before the follower's
+/// LEO. Returns where the follower must truncate to.
+pub fn diverging_epoch(
+    last_fetched_epoch: i32,
+    fetch_offset: i64,
+    local_end: EpochEndOffset,
+) -> Option<EpochEndOffset> {
+    (local_end.epoch < last_fetched_epoch || local_end.end_offset < fetch_offset)
+        .then_some(local_end)
+}
+
+/// Whether a waiting fetch at `fetch_offset`, validated under `request_epoch`, must
+/// be answered now: it reads up to `end` (the leader's LEO for a follower, the high
+/// watermark for a consumer) under `epoch`, `available` counts the bytes between.
+pub fn fetch_readiness(
+    end: i64,
+    epoch: i32,
+    request_epoch: Option<i32>,
+    fetch_offset: i64,
+    available: impl FnOnce() -> Option<u64>,
+) -> FetchReadiness {
+    if request_epoch.is_some_and(|e| e != epoch) || end < fetch_offset {
+        return FetchReadiness::Changed;
+    }
+    if end == fetch_offset {
+        return FetchReadiness::Bytes(0);
+    }
+    // None: the offset left the log (truncation, retention): answer now.
+    available().map_or(FetchReadiness::Changed, FetchReadiness::Bytes)
+}
+
+impl PartitionCore {
+    /// A replica opened with its log at `log_end_offset` and a checkpointed high
+    /// watermark (clamped to `log_start_offset..=log_end_offset`). It has no role
+    /// until the controller announces one.
+    pub fn new(
+        local_id: i32,
+        checkpointed_high_watermark: Option<i64>,
+        log_start_offset: i64,
+        log_end_offset: i64,
+        config: ReplicationConfig,
+    ) -> PartitionCore {
+        let high_watermark = checkpointed_high_watermark
+            .unwrap_or(0)
+            .min(log_end_offset)
+            .max(log_start_offset);
+        PartitionCore {
+            local_id,
+            leader: None,
+            leader_epoch: -1,
+            partition_epoch: -1,
+            replicas: Vec::new(),
+            isr: Vec::new(),
+            role: Role::NotLeader { high_watermark },
+            log_end_offset,
+            next_shrink_check: None,
+            config,
+        }
+    }
+
+    /// The high watermark (the leader's, or this follower's).
+    pub fn high_watermark(&self) -> i64 {
+        match &self.role {
+            Role::Leader(l) => l.high_watermark(),
+            Role::NotLeader { high_watermark } => *high_watermark,
+        }
+    }
+
+    /// The log end offset as last reported by the shell.
+    pub fn log_end_offset(&self) -> i64 {
+        self.log_end_offset
+    }
+
+    /// The current leader epoch (-1 before the first announcement).
+    pub fn leader_epoch(&self) -> i32 {
+        self.leader_epoch
+    }
+
+    /// The announced leader (None: offline or not told yet).
+    pub fn leader(&self) -> Option<i32> {
+        self.leader
+    }
+
+    /// This replica leads the partition.
+    pub fn is_leader(&self) -> bool {
+        matches!(self.role, Role::Leader(_))
+    }
+
+    /// The assigned replicas, as last announced.
+    pub fn replicas(&self) -> &[i32] {
+        &self.replicas
+    }
+
+    /// (leader id, leader epoch), for error hints.
+    pub fn current_leader(&self) -> pb::LeaderIdAndEpoch {
+        pb::LeaderIdAndEpoch {
+            leader_id: self.leader.unwrap_or(NO_LEADER),
+            leader_epoch: self.leader_epoch,
+        }
+    }
+
+    /// The leader's bookkeeping, when leading.
+    pub fn leader_state(&self) -> Option<&LeaderState> {
+        match &self.role {
+            Role::Leader(l) => Some(l),
+            Role::NotLeader { .. } => None,
+        }
+    }
+
+    fn leader_mut(&mut self) -> Option<&mut LeaderState> {
+        match &mut self.role {
+            Role::Leader(l) => Some(l),
+            Role::NotLeader { .. } => None,
+        }
+    }
+
+    // --- leader: produce ---
+
+    /// May records be appended as leader? Checks the client's epoch first
+    /// (KIP-320: a stale client learns it is stale), then leadership, then for
+    /// acks=all the ISR against `min.insync.replicas` (below it nothing is written:
+    /// `NOT_ENOUGH_REPLICAS`). Returns the leader epoch to append under.
+    pub fn check_leader_append(
+        &self,
+        acks: i32,
+        client_epoch: Option<i32>,
+    ) -> Result<i32, ErrorCode> {
+        check_epoch(self.leader_epoch, client_epoch)?;
+        let leader = self.leader_state().ok_or(ErrorCode::NotLeaderOrFollower)?;
+        if acks == ACKS_ALL && leader.is_under_min_isr() {
+            return Err(ErrorCode::NotEnoughReplicas);
+        }
+        Ok(self.leader_epoch)
+    }
+
+    /// The leader appended; its log now ends at `log_end_offset`. Wakes fetches
+    /// waiting for data; with an ISR of one the high watermark follows at once.
+    pub fn on_leader_append(&mut self, log_end_offset: i64) -> Effects {
+        self.log_end_offset = log_end_offset;
+        let effects = Effects::default().wake(Wake::Fetches);
+        let Some(l) = self.leader_mut() else {
+            return effects;
+        };
+        if l.on_leader_append(log_end_offset) {
+            let hw = l.high_watermark();
+            effects.high_watermark(hw)
+        } else {
+            effects
+        }
+    }
+
+    /// Where an acks=all produce that needs `required_offset` (last offset + 1),
+    /// appended under `append_epoch`, stands: acknowledged once the high watermark
+    /// reaches it, failed with `NOT_ENOUGH_REPLICAS_AFTER_APPEND` if the ISR shrank
+    /// below `min.insync.replicas` meanwhile, failed with `NOT_LEADER_OR_FOLLOWER`
+    /// once this replica stopped leading that epoch (the records may be truncated).
+    pub fn check_produce(&self, required_offset: i64, append_epoch: i32) -> ProduceCheck {
+        let Some(leader) = self.leader_state() else {
+            return ProduceCheck::Failed(ErrorCode::NotLeaderOrFollower);
+        };
+        if self.leader_epoch != append_epoch {
+            return ProduceCheck::Failed(ErrorCode::NotLeaderOrFollower);
+        }
+        if leader.high_watermark() < required_offset {
+            ProduceCheck::Pending
+        } else if leader.is_under_min_isr() {
+            ProduceCheck::Failed(ErrorCode::NotEnoughReplicasAfterAppend)
+        } else {
+            ProduceCheck::Acked(leader.acked_isr(required_offset))
+        }
+    }
+
+    /// The final word on an acks=all produce whose timeout passed.
+    pub fn expired_produce_error(&self) -> ErrorCode {
+        match self.leader_state() {
+            Some(l) if l.is_under_min_isr() => ErrorCode::NotEnoughReplicasAfterAppend,
+            Some(_) => ErrorCode::RequestTimedOut,
+            None => ErrorCode::NotLeaderOrFollower,
+        }
+    }
+
+    // --- reads ---
+
+    /// How far a consumer may read here: the leader's high watermark, or on a
+    /// follower, for a consumer that fetches from followers (KIP-392), the
+    /// follower's own.
+    pub fn consumer_high_watermark(
+        &self,
+        client_epoch: Option<i32>,
+        allow_follower_read: bool,
+    ) -> Result<i64, ErrorCode> {
+        check_epoch(self.leader_epoch, client_epoch)?;
+        match &self.role {
+            Role::Leader(l) => Ok(l.high_watermark()),
+            Role::NotLeader { high_watermark }
+                if allow_follower_read
+                    && self.leader.is_some()
+                    && self.replicas.contains(&self.local_id) =>
+            {
+                Ok(*high_watermark)
+            }
+            Role::NotLeader { .. } => Err(ErrorCode::NotLeaderOrFollower),
+        }
+    }
+
+    /// May `follower_id` fetch from this replica? Only a leader serves followers,
+    /// and only its own replicas. Returns the high watermark to send.
+    pub fn check_follower_read(
+        &self,
+        follower_id: i32,
+        client_epoch: Option<i32>,
+    ) -> Result<i64, ErrorCode> {
+        check_epoch(self.leader_epoch, client_epoch)?;
+        let leader = self.leader_state().ok_or(ErrorCode::NotLeaderOrFollower)?;
+        if !leader.replicas().contains(&follower_id) {
+            return Err(ErrorCode::NotLeaderOrFollower);
+        }
+        Ok(leader.high_watermark())
+    }
+
+    /// What a waiting fetch reads up to, and under which leader epoch: the leader's
+    /// LEO for a follower, the consumer's high watermark otherwise. None when the
+    /// partition can no longer serve it (it must answer now).
+    pub fn fetch_wait_target(
+        &self,
+        is_follower: bool,
+        allow_follower_read: bool,
+    ) -> Option<(i64, i32)> {
+        let end = if is_follower {
+            self.is_leader().then_some(self.log_end_offset)?
+        } else {
+            self.consumer_high_watermark(None, allow_follower_read)
+                .ok()?
+        };
+        Some((end, self.leader_epoch))
+    }
+
+    /// May OffsetsForLeaderEpoch (or a replica-side lookup with `require_leader`
+    /// false) be answered here?
+    pub fn check_epoch_lookup(
+        &self,
+        client_epoch: Option<i32>,
+        require_leader: bool,
+    ) -> Result<(), ErrorCode> {
+        check_epoch(self.leader_epoch, client_epoch)?;
+        if require_leader && !self.is_leader() {
+            return Err(ErrorCode::NotLeaderOrFollower);
+        }
+        Ok(())
+    }
+
+    /// ListOffsets on the leader: -2 the log start, -1 the high watermark for
+    /// consumers or the LEO for replicas. Returns (offset, leader epoch).
+    pub fn list_offset(
+        &self,
+        timestamp: i64,
+        client_epoch: Option<i32>,
+        from_replica: bool,
+        log_start_offset: i64,
+    ) -> Result<(i64, i32), ErrorCode> {
+        check_epoch(self.leader_epoch, client_epoch)?;
+        let leader = self.leader_state().ok_or(ErrorCode::NotLeaderOrFollower)?;
+        let offset = match timestamp {
+            syncline_proto::EARLIEST_TIMESTAMP => log_start_offset,
+            syncline_proto::LATEST_TIMESTAMP if from_replica => self.log_end_offset,
+            syncline_proto::LATEST_TIMESTAMP => leader.high_watermark(),
+            _ => return Err(ErrorCode::InvalidRequest),
+        };
+        Ok((offset, self.leader_epoch))
+    }
+
+    /// The replica a consumer in `client_rack` should read from instead of this
+    /// leader (KIP-392's rack-aware selector): an ISR member in the client's rack,
+    /// unless the leader is in it. None when not leader or nothing better.
+    pub fn preferred_read_replica(
+        &self,
+        client_rack: &str,
+        rack_of: impl Fn(i32) -> Option<String>,
+    ) -> Option<i32> {
+        let leader = self.leader_state()?;
+        if rack_of(self.local_id).as_deref() == Some(client_rack) {
+            return None;
+        }
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|r| *r != self.local_id && leader.isr().contains(r))
+            .find(|r| rack_of(*r).as_deref() == Some(client_rack))
+    }
+
+    // --- leader: follower progress and the ISR ---
+
+    /// A follower's fetch reached the leader: its fetch offset acknowledges
+    /// everything below it (caught-up time, high watermark, ISR expansion). A fetch
+    /// read under another leader epoch than the current one records nothing.
+    pub fn on_follower_fetch(&mut self, now: Instant, fetch: &FollowerFetch) -> Effects {
+        if fetch.request_epoch != self.leader_epoch {
+            return Effects::default();
+        }
+        let Some(leader) = self.leader_mut() else {
+            return Effects::default();
+        };
+        let Some(outcome) = leader.on_follower_fetch(now, fetch) else {
+            return Effects::default();
+        };
+        let hw = leader.high_watermark();
+        let mut effects = Effects {
+            alter_partition: outcome.expand,
+            ..Effects::default()
+        };
+        if outcome.high_watermark_advanced {
+            effects = effects.high_watermark(hw);
+        }
+        effects
+    }
+
+    /// The timer: the leader's periodic ISR shrink check, run every
+    /// `replica.lag.time.max.ms / 2` of this partition's topic (the shell ticks more
+    /// often; each partition keeps its own pace, so a topic's shorter lag time
+    /// applies from the moment it is known).
+    pub fn on_tick(&mut self, now: Instant) -> Effects {
+        let due = self.next_shrink_check.is_none_or(|t| now >= t);
+        let leo = self.log_end_offset;
+        let Some(leader) = self.leader_mut().filter(|_| due) else {
+            return Effects::default();
+        };
+        let next = now + leader.lag_time_max() / 2;
+        let proposal = leader.maybe_shrink(now, leo);
+        self.next_shrink_check = Some(next);
+        Effects {
+            alter_partition: proposal,
+            ..Effects::default()
+        }
+    }
+
+    /// The controller answered our AlterPartition. A commit under our leader epoch
+    /// is applied; a refusal (or a commit for another epoch) ends the proposal and
+    /// pauses the next one, and may let the high watermark advance (the maximal ISR
+    /// shrank back): then produces and fetches waiting on it are woken too.
+    pub fn on_alter_partition_result(
+        &mut self,
+        result: AlterPartitionResult,
+        now: Instant,
+    ) -> Effects {
+        let leo = self.log_end_offset;
+        let epoch = self.leader_epoch;
+        let Some(leader) = self.leader_mut() else {
+            return Effects::default();
+        };
+        match result {
+            Ok(c) if c.leader_epoch == epoch => {
+                let effects = self.commit_isr(c.isr.clone(), c.partition_epoch);
+                if effects.is_some() {
+                    self.isr = c.isr;
+                    self.partition_epoch = c.partition_epoch;
+                }
+                effects.unwrap_or_default()
+            }
+            Ok(_) | Err(_) => {
+                if leader.on_isr_change_failed(leo, now) {
+                    let hw = leader.high_watermark();
+                    Effects::default().high_watermark(hw)
+                } else {
+                    Effects::default()
+                }
+            }
+        }
+    }
+
+    /// Applies a committed ISR to the leader state. None when it is not newer than
+    /// what the leader has.
+    fn commit_isr(&mut self, isr: Vec<i32>, partition_epoch: i32) -> Option<Effects> {
+        let leo = self.log_end_offset;
+        let leader = self.leader_mut()?;
+        if partition_epoch <= leader.partition_epoch() {
+            return None;
+        }
+        // The controller may order the ISR its own way: compare as sets.
+        let same_members =
+            |a: &[i32], b: &[i32]| a.len() == b.len() && a.iter().all(|r| b.contains(r));
+        let committed = leader
+            .pending()
+            .filter(|p| same_members(&p.isr, &isr))
+            .map(|p| (p.change, isr.clone()));
+        let advanced = leader.on_isr_committed(isr, partition_epoch, leo);
+        let hw = leader.high_watermark();
+        let mut effects = Effects {
+            isr_committed: committed,
+            ..Effects::default()
+        };
+        if advanced {
+            effects = effects.high_watermark(hw);
+        }
+        Some(effects)
+    }
+
+    // --- role changes ---
+
+    /// Applies the controller's announcement of the partition, with the topic's
+    /// config. Announcements with an older partition epoch, or the same partition
+    /// and leader epochs, change only the config; an older leader epoch changes
+    /// nothing.
+    ///
+    /// - This replica is named leader of a new epoch: it leads from its LEO (the new
+    ///   epoch starts there: record it), keeping the high watermark it had, and stops
+    ///   fetching.
+    /// - Leader of the same epoch: only the ISR, replicas or partition epoch moved;
+    ///   a committed ISR is applied as an AlterPartition answer would be.
+    /// - Another leader: follow it (truncating first), keeping the high watermark.
+    /// - No leader: offline; stop fetching.
+    ///
+    /// Waiting operations are woken on every change, so that they see the new state
+    /// and answer (e.g. with `NOT_LEADER_OR_FOLLOWER`).
+    pub fn on_leader_and_isr(
+        &mut self,
+        a: &Announcement,
+        config: ReplicationConfig,
+        local_broker_epoch: i64,
+        now: Instant,
+    ) -> Effects {
+        if a.partition_epoch < self.partition_epoch
+            || (a.partition_epoch == self.partition_epoch && a.leader_epoch == self.leader_epoch)
+        {
+            return self.on_config(config);
+        }
+        if a.leader_epoch < self.leader_epoch {
+            return Effects::default();
+        }
+        let hw_before = self.high_watermark();
+        let same_epoch = a.leader_epoch == self.leader_epoch;
+        let was_leader = self.is_leader();
+        self.replicas = a.replicas.clone();
+        self.isr = a.isr.clone();
+        self.partition_epoch = a.partition_epoch;
+        self.leader = a.leader;
+        self.leader_epoch = a.leader_epoch;
+        // Its high watermark is published with the role's, below.
+        let _ = self.on_config(config);
+        let mut effects = if a.leader == Some(self.local_id) {
+            if same_epoch && was_leader {
+                let mut effects = self
+                    .commit_isr(a.isr.clone(), a.partition_epoch)
+                    .unwrap_or_default();
+                effects.role = RoleChange::Updated;
+                effects
+            } else {
+                self.become_leader(a, local_broker_epoch, now)
+            }
+        } else {
+            let high_watermark = self.high_watermark();
+            self.role = Role::NotLeader { high_watermark };
+            match a.leader {
+                _ if !was_leader && same_epoch => Effects {
+                    // Still following the same leader in the same epoch: only the
+                    // ISR or the replica set changed.
+                    role: RoleChange::Updated,
+                    ..Effects::default()
+                },
+                None => Effects {
+                    role: RoleChange::BecameOffline,
+                    fetcher: Some(FetcherChange::Stop),
+                    ..Effects::default()
+                },
+                Some(leader) => Effects {
+                    role: RoleChange::BecameFollower,
+                    fetcher: Some(FetcherChange::Follow {
+                        leader,
+                        leader_epoch: a.leader_epoch,
+                    }),
+                    ..Effects::default()
+                },
+            }
+        };
+        let hw = self.high_watermark();
+        effects.high_watermark = (hw != hw_before).then_some(hw);
+        self.check_invariants();
+        effects.wake(Wake::FetchesAndProduces)
+    }
+
+    fn become_leader(
+        &mut self,
+        a: &Announcement,
+        local_broker_epoch: i64,
+        now: Instant,
+    ) -> Effects {
+        let leo = self.log_end_offset;
+        let leader = LeaderState::new(
+            BecomeLeader {
+                local_id: self.local_id,
+                local_broker_epoch,
+                leader_epoch: a.leader_epoch,
+                partition_epoch: a.partition_epoch,
+                replicas: a.replicas.clone(),
+                isr: a.isr.clone(),
+                high_watermark: self.high_watermark(),
+                log_end_offset: leo,
+                min_insync_replicas: self.config.min_insync_replicas,
+                lag_time_max: self.config.lag_time_max,
+            },
+            now,
+        );
+        self.role = Role::Leader(leader);
+        self.next_shrink_check = Some(now + self.config.lag_time_max / 2);
+        Effects {
+            role: RoleChange::BecameLeader,
+            start_epoch: Some(EpochStart {
+                epoch: a.leader_epoch,
+                start_offset: leo,
+            }),
+            fetcher: Some(FetcherChange::Stop),
+            ..Effects::default()
+        }
+    }
+
+    /// Adopts a topic config: a new lag time re-paces the shrink check at the next
+    /// tick; a new `min.insync.replicas` may let the high watermark advance.
+    pub fn on_config(&mut self, config: ReplicationConfig) -> Effects {
+        let leo = self.log_end_offset;
+        let lag_changed = config.lag_time_max != self.config.lag_time_max;
+        self.config = config;
+        let Some(l) = self.leader_mut() else {
+            return Effects::default();
+        };
+        l.set_lag_time_max(config.lag_time_max);
+        let advanced = l.set_min_insync_replicas(config.min_insync_replicas, leo);
+        let hw = l.high_watermark();
+        if lag_changed {
+            self.next_shrink_check = None;
+        }
+        if advanced {
+            Effects::default().high_watermark(hw)
+        } else {
+            Effects::default()
+        }
+    }
+
+    // --- follower ---
+
+    /// May the replica fetcher change this follower's log for `leader_epoch`? Not
+    /// once it leads, or follows another epoch (`FENCED_LEADER_EPOCH`).
+    pub fn check_follower(&self, leader_epoch: i32) -> Result<(), ErrorCode> {
+        if self.is_leader() || self.leader_epoch != leader_epoch {
+            return Err(ErrorCode::FencedLeaderEpoch);
+        }
+        Ok(())
+    }
+
+    /// The follower appended what it fetched; its log ends at `log_end_offset`.
+    /// Its high watermark becomes min(leader's, own LEO), and never moves back
+    /// below what it already had (up to its LEO).
+    pub fn on_follower_append(
+        &mut self,
+        leader_high_watermark: i64,
+        log_end_offset: i64,
+    ) -> Effects {
+        self.log_end_offset = log_end_offset;
+        let Role::NotLeader { high_watermark } = &mut self.role else {
+            return Effects::default();
+        };
+        let hw = leader_high_watermark
+            .min(log_end_offset)
+            .max((*high_watermark).min(log_end_offset));
+        let changed = hw != *high_watermark;
+        *high_watermark = hw;
+        self.check_invariants();
+        if changed {
+            Effects::default().high_watermark(hw)
+        } else {
+            Effects::default()
+        }
+    }
+
+    /// The follower's log was truncated (or emptied to restart) and now ends at
+    /// `log_end_offset`: a high watermark above it comes down with it.
+    pub fn on_follower_truncated(&mut self, log_end_offset: i64) -> Effects {
+        self.log_end_offset = log_end_offset;
+        let Role::NotLeader { high_watermark } = &mut self.role else {
+            return Effects::default();
+        };
+        if *high_watermark > log_end_offset {
+            *high_watermark = log_end_offset;
+            return Effects::default().high_watermark(log_end_offset);
+        }
+        Effects::default()
+    }
+
+    /// The follower's log was emptied to restart at `offset` (the leader's log
+    /// starts after ours): the high watermark restarts there too.
+    pub fn on_follower_restarted_at(&mut self, offset: i64) -> Effects {
+        self.log_end_offset = offset;
+        let Role::NotLeader { high_watermark } = &mut self.role else {
+            return Effects::default();
+        };
+        *high_watermark = offset;
+        Effects::default().high_watermark(offset)
+    }
+
+    // --- describe ---
+
+    /// The leader's figures for the metrics; None when not leading.
+    pub fn leader_health(&self) -> Option<LeaderHealth> {
+        let l = self.leader_state()?;
+        Some(LeaderHealth {
+            isr_size: l.isr().len(),
+            replicas: l.replicas().len(),
+            min_insync_replicas: l.min_insync_replicas(),
+            max_follower_lag: l
+                .followers()
+                .iter()
+                .map(|f| f.lag(self.log_end_offset))
+                .max()
+                .unwrap_or(0),
+        })
+    }
+
+    /// DescribeTopics' leader view; None when not leading.
+    pub fn describe(
+        &self,
+        partition: i32,
+        log_start_offset: i64,
+        now: Instant,
+    ) -> Option<pb::PartitionDescription> {
+        let l = self.leader_state()?;
+        let leo = self.log_end_offset;
+        let mut statuses = vec![pb::ReplicaStatus {
+            broker_id: self.local_id,
+            log_end_offset: leo,
+            lag_offsets: 0,
+            last_caught_up_ms_ago: 0,
+            in_isr: true,
+        }];
+        statuses.extend(l.followers().iter().map(|f| {
+            pb::ReplicaStatus {
+                broker_id: f.broker_id,
+                log_end_offset: f.log_end_offset.unwrap_or(-1),
+                lag_offsets: f.lag(leo),
+                last_caught_up_ms_ago: f
+                    .last_caught_up
+                    .map_or(-1, |t| now.saturating_duration_since(t).as_millis() as i64),
+                in_isr: l.isr().contains(&f.broker_id),
+            }
+        }));
+        Some(pb::PartitionDescription {
+            partition,
+            error_code: ErrorCode::None as i32,
+            leader_id: self.local_id,
+            leader_epoch: self.leader_epoch,
+            partition_epoch: l.partition_epoch(),
+            replicas: l.replicas().to_vec(),
+            isr: l.isr().to_vec(),
+            from_leader: true,
+            high_watermark: l.high_watermark(),
+            log_end_offset: leo,
+            log_start_offset,
+            replica_statuses: statuses,
+            pending_isr: l.pending().map(|p| p.isr.clone()).unwrap_or_default(),
+        })
+    }
+
+    fn check_invariants(&self) {
+        debug_assert!(
+            self.high_watermark() <= self.log_end_offset,
+            "HW {} above LEO {}",
+            self.high_watermark(),
+            self.log_end_offset
+        );
+        debug_assert!(
+            !self.is_leader() || self.leader == Some(self.local_id),
+            "leading while {:?} is the announced leader",
+            self.leader
+        );
+    }
+}
