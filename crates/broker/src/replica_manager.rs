@@ -815,3 +815,121 @@ impl ReplicaManager {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::Tcp;
+    use tokio_util::sync::CancellationToken;
+
+    /// A replica manager for broker 1 whose AlterPartition sender is `isr_requests`.
+    fn replica_manager(
+        log_dir: &std::path::Path,
+        isr_requests: mpsc::UnboundedSender<IsrRequest>,
+    ) -> ReplicaManager {
+        let config = Arc::new(
+            BrokerConfig::parse(&format!(
+                "node_id = 1\nprocess_roles = \"broker,controller\"\n\
+                 controller_quorum_voters = \"1@127.0.0.1:9092\"\nlog_dirs = {:?}\n\
+                 replica_lag_time_max_ms = 1000\n",
+                log_dir.display().to_string()
+            ))
+            .expect("broker config"),
+        );
+        let metadata = Arc::new(MetadataCache::new("test", 1));
+        let metrics = Arc::new(BrokerMetrics::new());
+        let broker_epoch = Arc::new(AtomicI64::new(7));
+        let fetchers = Arc::new(FetcherManager::new(
+            config.clone(),
+            metadata.clone(),
+            Arc::new(Tcp),
+            broker_epoch.clone(),
+            metrics.clone(),
+            CancellationToken::new(),
+        ));
+        ReplicaManager::new(
+            config,
+            metadata,
+            fetchers,
+            broker_epoch,
+            isr_requests,
+            metrics,
+        )
+    }
+
+    /// Broker 1 leads `t-0` in epoch 1 with replicas {1,2} and ISR {1,2}.
+    fn lead(rm: &ReplicaManager) -> Arc<Partition> {
+        let answer = rm.apply_leader_and_isr(&pb::LeaderAndIsrRequest {
+            controller_id: 1,
+            controller_epoch: 1,
+            broker_epoch: 7,
+            metadata_offset: 1,
+            full: false,
+            topics: vec![pb::TopicState {
+                name: "t".into(),
+                configs: Default::default(),
+            }],
+            partition_states: vec![pb::PartitionState {
+                topic: "t".into(),
+                partition: 0,
+                leader: 1,
+                leader_epoch: 1,
+                isr: vec![1, 2],
+                partition_epoch: 1,
+                replicas: vec![1, 2],
+            }],
+            brokers: vec![],
+        });
+        assert_eq!(answer.error_code, 0);
+        rm.partition("t", 0).expect("created")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_isr_change_that_cannot_be_sent_fails_instead_of_staying_pending() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, rx) = mpsc::unbounded_channel();
+        // The AlterPartition sender task is gone.
+        drop(rx);
+        let rm = replica_manager(dir.path(), tx);
+        let partition = lead(&rm);
+        // Follower 2 never fetches: past the lag time the shrink check proposes {1}.
+        tokio::time::advance(Duration::from_millis(1_001)).await;
+        rm.maybe_shrink_isrs();
+        let described = partition.describe(Instant::now()).unwrap();
+        assert!(
+            described.pending_isr.is_empty(),
+            "the proposal failed, so another may follow: pending {:?}",
+            described.pending_isr
+        );
+        // And one does, once the retry pause has passed.
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let rm = ReplicaManager {
+            isr_requests: tx,
+            ..rm
+        };
+        tokio::time::advance(crate::partition::leader_state::ISR_RETRY_BACKOFF).await;
+        rm.maybe_shrink_isrs();
+        let sent = rx.try_recv().expect("a second proposal");
+        assert_eq!(sent.proposal.new_isr, vec![1]);
+    }
+
+    #[test]
+    fn a_fetch_is_answered_at_once_only_when_it_may_not_or_need_not_wait() {
+        let wait = Duration::from_millis(500);
+        // (max wait, bytes read, min bytes, something to say now) -> answer now
+        let cases = [
+            (Duration::ZERO, 0, 1, false, true),
+            (wait, 10, 10, false, true),
+            (wait, 9, 10, false, false),
+            (wait, 0, 1, true, true),
+            (wait, 0, 0, false, true),
+        ];
+        for (max_wait, read, min, must, expected) in cases {
+            assert_eq!(
+                answer_now(max_wait, read, min, must),
+                expected,
+                "{max_wait:?} {read} {min} {must}"
+            );
+        }
+    }
+}

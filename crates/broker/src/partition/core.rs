@@ -910,3 +910,839 @@ impl PartitionCore {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Named after Kafka's PartitionTest / ReplicaManagerTest cases where one exists.
+    use super::*;
+
+    const LAG: Duration = Duration::from_millis(10_000);
+    const BROKER_EPOCH: i64 = 100;
+
+    fn config(min_isr: usize) -> ReplicationConfig {
+        ReplicationConfig {
+            min_insync_replicas: min_isr,
+            lag_time_max: LAG,
+        }
+    }
+
+    fn announce(
+        leader: Option<i32>,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        isr: &[i32],
+    ) -> Announcement {
+        Announcement {
+            leader,
+            leader_epoch,
+            partition_epoch,
+            replicas: vec![1, 2, 3],
+            isr: isr.to_vec(),
+        }
+    }
+
+    /// Replica 1 with its log at `leo` and a checkpointed high watermark `hw`.
+    fn replica(leo: i64, hw: i64) -> PartitionCore {
+        PartitionCore::new(1, Some(hw), 0, leo, config(1))
+    }
+
+    /// Replica 1 leading epoch 5 (partition epoch 10) with `isr`, log at `leo`.
+    fn leader(isr: &[i32], leo: i64, hw: i64, min_isr: usize, now: Instant) -> PartitionCore {
+        let mut c = PartitionCore::new(1, Some(hw), 0, leo, config(min_isr));
+        let e = c.on_leader_and_isr(
+            &announce(Some(1), 5, 10, isr),
+            config(min_isr),
+            BROKER_EPOCH,
+            now,
+        );
+        assert_eq!(e.role, RoleChange::BecameLeader);
+        c
+    }
+
+    /// Replica 1 following 2 in epoch 5, log at `leo`, high watermark `hw`.
+    fn follower(leo: i64, hw: i64, now: Instant) -> PartitionCore {
+        let mut c = replica(leo, hw);
+        let e = c.on_leader_and_isr(
+            &announce(Some(2), 5, 10, &[1, 2, 3]),
+            config(1),
+            BROKER_EPOCH,
+            now,
+        );
+        assert_eq!(e.role, RoleChange::BecameFollower);
+        c
+    }
+
+    fn fetch(id: i32, offset: i64, leader_leo: i64, request_epoch: i32) -> FollowerFetch {
+        FollowerFetch {
+            follower_id: id,
+            broker_epoch: Some(20 + id as i64),
+            fetch_offset: offset,
+            leader_leo,
+            request_epoch,
+            eligible: true,
+        }
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    // --- epochs (KIP-320) ---
+
+    #[test]
+    fn request_epochs_are_fenced_when_older_and_unknown_when_newer() {
+        let cases = [
+            (None, Ok(())),
+            (Some(5), Ok(())),
+            (Some(4), Err(ErrorCode::FencedLeaderEpoch)),
+            (Some(6), Err(ErrorCode::UnknownLeaderEpoch)),
+        ];
+        for (requested, expected) in cases {
+            assert_eq!(
+                check_epoch(5, requested),
+                expected,
+                "requested {requested:?}"
+            );
+        }
+    }
+
+    // --- produce ---
+
+    #[test]
+    fn append_checks_client_epoch_then_leadership_then_min_isr() {
+        let now = Instant::now();
+        let l = leader(&[1], 10, 10, 2, now);
+        let f = follower(10, 10, now);
+        type Case<'a> = (&'a PartitionCore, i32, Option<i32>, Result<i32, ErrorCode>);
+        let cases: [Case; 7] = [
+            (&l, 1, None, Ok(5)),
+            (&l, 0, Some(5), Ok(5)),
+            // testNotEnoughReplicas: below min ISR acks=all is refused before append.
+            (&l, ACKS_ALL, None, Err(ErrorCode::NotEnoughReplicas)),
+            // The client's epoch first: a stale client learns it is stale.
+            (&l, ACKS_ALL, Some(4), Err(ErrorCode::FencedLeaderEpoch)),
+            (&l, 1, Some(6), Err(ErrorCode::UnknownLeaderEpoch)),
+            (&f, 1, None, Err(ErrorCode::NotLeaderOrFollower)),
+            (&f, 1, Some(4), Err(ErrorCode::FencedLeaderEpoch)),
+        ];
+        for (i, (core, acks, epoch, expected)) in cases.into_iter().enumerate() {
+            assert_eq!(core.check_leader_append(acks, epoch), expected, "case {i}");
+        }
+    }
+
+    #[test]
+    fn append_with_an_isr_of_one_advances_the_high_watermark_and_wakes_produces() {
+        let now = Instant::now();
+        let mut l = leader(&[1], 10, 10, 1, now);
+        let e = l.on_leader_append(15);
+        assert_eq!(e.high_watermark, Some(15));
+        assert_eq!(e.wake, Wake::FetchesAndProduces);
+        assert_eq!(l.high_watermark(), 15);
+    }
+
+    #[test]
+    fn append_with_followers_in_the_isr_wakes_only_fetches() {
+        let now = Instant::now();
+        let mut l = leader(&[1, 2], 10, 10, 1, now);
+        let e = l.on_leader_append(15);
+        assert_eq!(
+            e,
+            Effects {
+                wake: Wake::Fetches,
+                ..Effects::default()
+            }
+        );
+        assert_eq!(l.high_watermark(), 10);
+    }
+
+    #[test]
+    fn acks_all_completion_follows_the_high_watermark_isr_and_epoch() {
+        let now = Instant::now();
+        // ISR {1,2}, min ISR 2; records appended up to 20; follower 2 at 15.
+        let mut l = leader(&[1, 2], 10, 10, 2, now);
+        let _ = l.on_leader_append(20);
+        let _ = l.on_follower_fetch(now, &fetch(2, 15, 20, 5));
+        assert_eq!(l.high_watermark(), 15);
+        let cases = [
+            (15, 5, ProduceCheck::Acked(vec![1, 2])),
+            (16, 5, ProduceCheck::Pending),
+            // Appended under another epoch: leadership moved away and back, the
+            // records may have been truncated.
+            (15, 4, ProduceCheck::Failed(ErrorCode::NotLeaderOrFollower)),
+        ];
+        for (required, epoch, expected) in cases {
+            assert_eq!(
+                l.check_produce(required, epoch),
+                expected,
+                "required {required} epoch {epoch}"
+            );
+        }
+        assert_eq!(l.expired_produce_error(), ErrorCode::RequestTimedOut);
+    }
+
+    #[test]
+    fn acks_all_fails_with_not_enough_replicas_after_append_when_the_isr_shrank_below_min() {
+        let now = Instant::now();
+        let mut l = leader(&[1, 2, 3], 10, 10, 2, now);
+        let _ = l.on_leader_append(20);
+        let _ = l.on_follower_fetch(now, &fetch(2, 20, 20, 5));
+        let _ = l.on_follower_fetch(now, &fetch(3, 20, 20, 5));
+        assert_eq!(l.high_watermark(), 20);
+        // The controller commits an ISR of the leader alone (below min ISR 2).
+        let e = l.on_leader_and_isr(
+            &announce(Some(1), 5, 11, &[1]),
+            config(2),
+            BROKER_EPOCH,
+            now,
+        );
+        assert_eq!(e.role, RoleChange::Updated);
+        assert_eq!(
+            l.check_produce(20, 5),
+            ProduceCheck::Failed(ErrorCode::NotEnoughReplicasAfterAppend)
+        );
+        assert_eq!(
+            l.expired_produce_error(),
+            ErrorCode::NotEnoughReplicasAfterAppend
+        );
+    }
+
+    #[test]
+    fn a_produce_on_a_replica_that_stopped_leading_fails_with_not_leader() {
+        let now = Instant::now();
+        let mut l = leader(&[1, 2], 10, 10, 1, now);
+        let _ = l.on_leader_and_isr(
+            &announce(Some(2), 6, 11, &[1, 2]),
+            config(1),
+            BROKER_EPOCH,
+            now,
+        );
+        assert_eq!(
+            l.check_produce(10, 5),
+            ProduceCheck::Failed(ErrorCode::NotLeaderOrFollower)
+        );
+        assert_eq!(l.expired_produce_error(), ErrorCode::NotLeaderOrFollower);
+    }
+
+    // --- follower fetches on the leader ---
+
+    #[test]
+    fn follower_fetch_advancing_the_high_watermark_publishes_it_and_wakes_produces() {
+        let now = Instant::now();
+        let mut l = leader(&[1, 2], 10, 10, 1, now);
+        let _ = l.on_leader_append(20);
+        let e = l.on_follower_fetch(now, &fetch(2, 20, 20, 5));
+        assert_eq!(e.high_watermark, Some(20));
+        assert_eq!(e.wake, Wake::FetchesAndProduces);
+        // The same offset again moves nothing.
+        assert_eq!(
+            l.on_follower_fetch(now, &fetch(2, 20, 20, 5)),
+            Effects::default()
+        );
+    }
+
+    #[test]
+    fn follower_fetch_read_under_another_epoch_records_nothing() {
+        // testFollowerFetchWithStaleEpoch: a fetch validated under epoch 4 (or one
+        // newer than ours) must not move the high watermark of epoch 5.
+        let now = Instant::now();
+        for stale in [4, 6] {
+            let mut l = leader(&[1, 2], 10, 10, 1, now);
+            let _ = l.on_leader_append(20);
+            assert_eq!(
+                l.on_follower_fetch(now, &fetch(2, 20, 20, stale)),
+                Effects::default()
+            );
+            assert_eq!(l.high_watermark(), 10);
+        }
+    }
+
+    #[test]
+    fn follower_fetch_on_a_non_leader_or_from_a_non_replica_records_nothing() {
+        let now = Instant::now();
+        let mut f = follower(10, 10, now);
+        assert_eq!(
+            f.on_follower_fetch(now, &fetch(3, 10, 10, 5)),
+            Effects::default()
+        );
+        let mut l = leader(&[1, 2], 10, 10, 1, now);
+        assert_eq!(
+            l.on_follower_fetch(now, &fetch(9, 10, 10, 5)),
+            Effects::default()
+        );
+    }
+
+    #[test]
+    fn caught_up_follower_out_of_the_isr_is_proposed_for_expansion() {
+        // testIsrExpansion: LEO ≥ HW (and ≥ the epoch start) brings it back.
+        let now = Instant::now();
+        let mut l = leader(&[1, 2], 10, 10, 1, now);
+        let e = l.on_follower_fetch(now, &fetch(3, 10, 10, 5));
+        let proposal = e.alter_partition.expect("an expansion");
+        assert_eq!(proposal.kind, IsrChangeKind::Expand);
+        assert_eq!(proposal.new_isr, vec![1, 2, 3]);
+        assert_eq!((proposal.leader_epoch, proposal.partition_epoch), (5, 10));
+    }
+
+    #[test]
+    fn only_a_leader_serves_followers_and_only_its_replicas() {
+        let now = Instant::now();
+        let l = leader(&[1, 2], 10, 10, 1, now);
+        let f = follower(10, 10, now);
+        assert_eq!(l.check_follower_read(2, Some(5)), Ok(10));
+        assert_eq!(
+            l.check_follower_read(9, None),
+            Err(ErrorCode::NotLeaderOrFollower)
+        );
+        assert_eq!(
+            l.check_follower_read(2, Some(4)),
+            Err(ErrorCode::FencedLeaderEpoch)
+        );
+        assert_eq!(
+            f.check_follower_read(3, Some(5)),
+            Err(ErrorCode::NotLeaderOrFollower)
+        );
+    }
+
+    // --- the ISR ---
+
+    #[test]
+    fn shrink_check_runs_at_half_the_lag_time_and_proposes_stale_followers() {
+        let t0 = Instant::now();
+        let mut l = leader(&[1, 2, 3], 10, 10, 1, t0);
+        let _ = l.on_leader_append(20);
+        // Follower 2 keeps up; 3 never fetches.
+        let check = |l: &mut PartitionCore, at: Instant| l.on_tick(at).alter_partition;
+        // Not due before lag/2 after becoming leader.
+        assert_eq!(check(&mut l, t0 + ms(4_999)), None);
+        // Due, but nobody is stale yet (ISR followers start caught up now).
+        assert_eq!(check(&mut l, t0 + ms(5_000)), None);
+        let _ = l.on_follower_fetch(t0 + ms(10_000), &fetch(2, 20, 20, 5));
+        // The next check is due at 10 s; 3 has not caught up for more than 10 s at 10.001.
+        let shrink = check(&mut l, t0 + ms(10_001)).expect("3 is stale");
+        assert_eq!(shrink.kind, IsrChangeKind::Shrink);
+        assert_eq!(shrink.new_isr, vec![1, 2]);
+        assert_eq!(shrink.replicas[0].0, 3);
+        // A proposal is in flight: no second one.
+        assert_eq!(check(&mut l, t0 + ms(20_000)), None);
+    }
+
+    #[test]
+    fn a_shorter_lag_time_applies_at_the_next_tick() {
+        let t0 = Instant::now();
+        let mut l = leader(&[1, 2], 10, 10, 1, t0);
+        let _ = l.on_leader_append(20);
+        // With 10 s the next check is at 5 s; the topic's lag time drops to 1 s.
+        let short = ReplicationConfig {
+            lag_time_max: ms(1_000),
+            ..config(1)
+        };
+        let _ = l.on_config(short);
+        let shrink = l.on_tick(t0 + ms(1_001)).alter_partition;
+        assert_eq!(shrink.map(|p| p.new_isr), Some(vec![1]));
+    }
+
+    #[test]
+    fn committed_isr_change_is_counted_and_applied() {
+        let now = Instant::now();
+        let mut l = leader(&[1, 2], 10, 10, 1, now);
+        let proposal = l
+            .on_follower_fetch(now, &fetch(3, 10, 10, 5))
+            .alter_partition
+            .unwrap();
+        let e = l.on_alter_partition_result(
+            Ok(CommittedIsr {
+                // The controller may order it its own way.
+                isr: vec![3, 1, 2],
+                leader_epoch: 5,
+                partition_epoch: 11,
+            }),
+            now,
+        );
+        assert_eq!(
+            e.isr_committed,
+            Some((IsrChangeKind::Expand, vec![3, 1, 2]))
+        );
+        assert_eq!(proposal.new_isr.len(), 3);
+        let l = l.leader_state().unwrap();
+        assert_eq!(
+            (l.isr().len(), l.partition_epoch(), l.pending()),
+            (3, 11, None)
+        );
+    }
+
+    #[test]
+    fn refused_isr_change_that_lets_the_high_watermark_advance_wakes_produces() {
+        // The maximal ISR {1,2,3} holds the HW at 10 while 3 is proposed; the
+        // controller refuses 3, the ISR is {1,2} again and 2 has 20: the HW moves,
+        // and acks=all produces waiting on it must be woken.
+        let now = Instant::now();
+        let mut l = leader(&[1, 2], 10, 10, 1, now);
+        let _ = l.on_leader_append(20);
+        assert!(l
+            .on_follower_fetch(now, &fetch(3, 10, 20, 5))
+            .alter_partition
+            .is_some());
+        let e = l.on_follower_fetch(now, &fetch(2, 20, 20, 5));
+        assert_eq!(e.high_watermark, None, "3 is in the maximal ISR");
+        let e = l.on_alter_partition_result(Err(ErrorCode::IneligibleReplica), now);
+        assert_eq!(e.high_watermark, Some(20));
+        assert_eq!(e.wake, Wake::FetchesAndProduces);
+        assert_eq!(e.isr_committed, None);
+    }
+
+    #[test]
+    fn alter_partition_answers_for_another_epoch_or_an_old_partition_epoch_commit_nothing() {
+        let now = Instant::now();
+        let committed = |leader_epoch, partition_epoch| {
+            Ok(CommittedIsr {
+                isr: vec![1, 2, 3],
+                leader_epoch,
+                partition_epoch,
+            })
+        };
+        for (result, why) in [
+            (committed(4, 11), "other leader epoch"),
+            (committed(5, 10), "not newer"),
+        ] {
+            let mut l = leader(&[1, 2], 10, 10, 1, now);
+            let _ = l.on_follower_fetch(now, &fetch(3, 10, 10, 5));
+            let e = l.on_alter_partition_result(result, now);
+            assert_eq!(e.isr_committed, None, "{why}");
+            assert_eq!(l.leader_state().unwrap().isr(), &[1, 2], "{why}");
+        }
+    }
+
+    #[test]
+    fn lowering_min_isr_lets_a_frozen_high_watermark_advance() {
+        let now = Instant::now();
+        let mut l = leader(&[1], 10, 10, 2, now);
+        assert_eq!(
+            l.on_leader_append(20).high_watermark,
+            None,
+            "frozen under min ISR"
+        );
+        let e = l.on_config(config(1));
+        assert_eq!(e.high_watermark, Some(20));
+        assert_eq!(e.wake, Wake::FetchesAndProduces);
+    }
+
+    // --- role transitions (LeaderAndIsr) ---
+
+    #[test]
+    fn role_transitions() {
+        let now = Instant::now();
+        struct Case {
+            name: &'static str,
+            /// None: a new replica; Some(true): leading epoch 5; Some(false): following in 5.
+            start: Option<bool>,
+            announce: Announcement,
+            role: RoleChange,
+            start_epoch: Option<EpochStart>,
+            fetcher: Option<FetcherChange>,
+            is_leader: bool,
+            leader_epoch: i32,
+        }
+        let follow = |leader, leader_epoch| {
+            Some(FetcherChange::Follow {
+                leader,
+                leader_epoch,
+            })
+        };
+        let start = |epoch| {
+            Some(EpochStart {
+                epoch,
+                start_offset: 20,
+            })
+        };
+        let cases = [
+            Case {
+                name: "testMakeLeader: new replica named leader",
+                start: None,
+                announce: announce(Some(1), 5, 10, &[1, 2, 3]),
+                role: RoleChange::BecameLeader,
+                start_epoch: start(5),
+                fetcher: Some(FetcherChange::Stop),
+                is_leader: true,
+                leader_epoch: 5,
+            },
+            Case {
+                name: "testMakeFollower: new replica follows 2",
+                start: None,
+                announce: announce(Some(2), 5, 10, &[1, 2, 3]),
+                role: RoleChange::BecameFollower,
+                start_epoch: None,
+                fetcher: follow(2, 5),
+                is_leader: false,
+                leader_epoch: 5,
+            },
+            Case {
+                name: "leader steps down to follow 2",
+                start: Some(true),
+                announce: announce(Some(2), 6, 11, &[1, 2]),
+                role: RoleChange::BecameFollower,
+                start_epoch: None,
+                fetcher: follow(2, 6),
+                is_leader: false,
+                leader_epoch: 6,
+            },
+            Case {
+                name: "follower becomes leader of a new epoch",
+                start: Some(false),
+                announce: announce(Some(1), 6, 11, &[1, 3]),
+                role: RoleChange::BecameLeader,
+                start_epoch: start(6),
+                fetcher: Some(FetcherChange::Stop),
+                is_leader: true,
+                leader_epoch: 6,
+            },
+            Case {
+                name: "leader re-elected in a new epoch starts it at its LEO",
+                start: Some(true),
+                announce: announce(Some(1), 6, 11, &[1]),
+                role: RoleChange::BecameLeader,
+                start_epoch: start(6),
+                fetcher: Some(FetcherChange::Stop),
+                is_leader: true,
+                leader_epoch: 6,
+            },
+            Case {
+                name: "follower of 2 follows 3 in a new epoch",
+                start: Some(false),
+                announce: announce(Some(3), 6, 11, &[1, 3]),
+                role: RoleChange::BecameFollower,
+                start_epoch: None,
+                fetcher: follow(3, 6),
+                is_leader: false,
+                leader_epoch: 6,
+            },
+            Case {
+                name: "leader: same epoch, new ISR",
+                start: Some(true),
+                announce: announce(Some(1), 5, 11, &[1, 2]),
+                role: RoleChange::Updated,
+                start_epoch: None,
+                fetcher: None,
+                is_leader: true,
+                leader_epoch: 5,
+            },
+            Case {
+                name: "follower: same epoch, new ISR",
+                start: Some(false),
+                announce: announce(Some(2), 5, 11, &[1, 2]),
+                role: RoleChange::Updated,
+                start_epoch: None,
+                fetcher: None,
+                is_leader: false,
+                leader_epoch: 5,
+            },
+            Case {
+                name: "no leader: offline",
+                start: Some(false),
+                announce: announce(None, 6, 11, &[]),
+                role: RoleChange::BecameOffline,
+                start_epoch: None,
+                fetcher: Some(FetcherChange::Stop),
+                is_leader: false,
+                leader_epoch: 6,
+            },
+            Case {
+                name: "leader loses leadership to no one",
+                start: Some(true),
+                announce: announce(None, 6, 11, &[]),
+                role: RoleChange::BecameOffline,
+                start_epoch: None,
+                fetcher: Some(FetcherChange::Stop),
+                is_leader: false,
+                leader_epoch: 6,
+            },
+            Case {
+                name: "older partition epoch ignored",
+                start: Some(true),
+                announce: announce(Some(2), 6, 9, &[2]),
+                role: RoleChange::None,
+                start_epoch: None,
+                fetcher: None,
+                is_leader: true,
+                leader_epoch: 5,
+            },
+            Case {
+                name: "same partition and leader epoch ignored",
+                start: Some(false),
+                announce: announce(Some(2), 5, 10, &[1, 2, 3]),
+                role: RoleChange::None,
+                start_epoch: None,
+                fetcher: None,
+                is_leader: false,
+                leader_epoch: 5,
+            },
+            Case {
+                name: "older leader epoch ignored",
+                start: Some(true),
+                announce: announce(Some(2), 4, 12, &[2]),
+                role: RoleChange::None,
+                start_epoch: None,
+                fetcher: None,
+                is_leader: true,
+                leader_epoch: 5,
+            },
+        ];
+        for c in cases {
+            let mut core = match c.start {
+                None => replica(20, 20),
+                Some(true) => leader(&[1, 2, 3], 20, 20, 1, now),
+                Some(false) => follower(20, 20, now),
+            };
+            let e = core.on_leader_and_isr(&c.announce, config(1), BROKER_EPOCH, now);
+            assert_eq!(e.role, c.role, "{}", c.name);
+            assert_eq!(e.start_epoch, c.start_epoch, "{}", c.name);
+            assert_eq!(e.fetcher, c.fetcher, "{}", c.name);
+            assert_eq!(core.is_leader(), c.is_leader, "{}", c.name);
+            assert_eq!(core.leader_epoch(), c.leader_epoch, "{}", c.name);
+            // Waiting operations must see every change; nothing else wakes them.
+            let expected_wake = if c.role == RoleChange::None {
+                Wake::Nobody
+            } else {
+                Wake::FetchesAndProduces
+            };
+            assert_eq!(e.wake, expected_wake, "{}", c.name);
+            // The high watermark is kept across every transition.
+            assert_eq!(core.high_watermark(), 20, "{}", c.name);
+        }
+    }
+
+    #[test]
+    fn a_new_leader_keeps_the_high_watermark_it_had_as_follower() {
+        // testMakeLeaderDoesNotUpdateHWOnBecomingLeader-style: the follower's HW (15),
+        // not its LEO (20), until the followers report.
+        let now = Instant::now();
+        let mut c = follower(20, 15, now);
+        let e = c.on_leader_and_isr(
+            &announce(Some(1), 6, 11, &[1, 2]),
+            config(1),
+            BROKER_EPOCH,
+            now,
+        );
+        assert_eq!(e.role, RoleChange::BecameLeader);
+        assert_eq!(e.high_watermark, None);
+        assert_eq!(c.high_watermark(), 15);
+        // A sole leader commits at once.
+        let mut c = follower(20, 15, now);
+        let e = c.on_leader_and_isr(
+            &announce(Some(1), 6, 11, &[1]),
+            config(1),
+            BROKER_EPOCH,
+            now,
+        );
+        assert_eq!(e.high_watermark, Some(20));
+    }
+
+    #[test]
+    fn same_epoch_announcement_commits_the_pending_isr_change() {
+        let now = Instant::now();
+        let mut l = leader(&[1, 2, 3], 20, 20, 1, now);
+        let shrink = l.on_tick(now + LAG * 2).alter_partition.unwrap();
+        assert_eq!(shrink.new_isr, vec![1]);
+        let e = l.on_leader_and_isr(
+            &announce(Some(1), 5, 11, &[1]),
+            config(1),
+            BROKER_EPOCH,
+            now,
+        );
+        assert_eq!(e.isr_committed, Some((IsrChangeKind::Shrink, vec![1])));
+    }
+
+    // --- follower ---
+
+    #[test]
+    fn follower_high_watermark_is_the_leaders_capped_by_its_own_log_end() {
+        let now = Instant::now();
+        // (own HW, own LEO after the append, leader HW) -> new HW
+        let cases = [
+            (10, 20, 15, 15),
+            (10, 20, 30, 20),
+            // Never back below what it had (up to its LEO): an old leader answer.
+            (15, 20, 12, 15),
+            (10, 10, 10, 10),
+        ];
+        for (hw, leo, leader_hw, expected) in cases {
+            let mut f = follower(hw, hw, now);
+            let e = f.on_follower_append(leader_hw, leo);
+            assert_eq!(f.high_watermark(), expected, "{hw} {leo} {leader_hw}");
+            assert_eq!(e.high_watermark, (expected != hw).then_some(expected));
+        }
+    }
+
+    #[test]
+    fn follower_truncation_lowers_a_high_watermark_above_the_new_end() {
+        let now = Instant::now();
+        let mut f = follower(20, 18, now);
+        assert_eq!(f.on_follower_truncated(19).high_watermark, None);
+        assert_eq!(f.on_follower_truncated(12).high_watermark, Some(12));
+        assert_eq!(f.high_watermark(), 12);
+        assert_eq!(f.on_follower_restarted_at(40).high_watermark, Some(40));
+        assert_eq!((f.high_watermark(), f.log_end_offset()), (40, 40));
+    }
+
+    #[test]
+    fn only_a_follower_of_the_current_epoch_changes_its_log() {
+        let now = Instant::now();
+        let f = follower(10, 10, now);
+        let l = leader(&[1], 10, 10, 1, now);
+        assert_eq!(f.check_follower(5), Ok(()));
+        assert_eq!(f.check_follower(4), Err(ErrorCode::FencedLeaderEpoch));
+        assert_eq!(f.check_follower(6), Err(ErrorCode::FencedLeaderEpoch));
+        assert_eq!(l.check_follower(5), Err(ErrorCode::FencedLeaderEpoch));
+    }
+
+    // --- reads ---
+
+    #[test]
+    fn consumers_read_up_to_the_leaders_high_watermark_or_a_followers_when_allowed() {
+        let now = Instant::now();
+        let l = leader(&[1, 2], 20, 12, 1, now);
+        let f = follower(20, 15, now);
+        let offline = replica(20, 15);
+        assert_eq!(l.consumer_high_watermark(None, false), Ok(12));
+        assert_eq!(
+            l.consumer_high_watermark(Some(4), false),
+            Err(ErrorCode::FencedLeaderEpoch)
+        );
+        assert_eq!(f.consumer_high_watermark(None, true), Ok(15));
+        assert_eq!(
+            f.consumer_high_watermark(None, false),
+            Err(ErrorCode::NotLeaderOrFollower)
+        );
+        assert_eq!(
+            offline.consumer_high_watermark(None, true),
+            Err(ErrorCode::NotLeaderOrFollower)
+        );
+    }
+
+    #[test]
+    fn divergence_is_where_the_followers_epoch_ends_here_when_before_its_end() {
+        let end = |epoch, end_offset| EpochEndOffset { epoch, end_offset };
+        // (follower's last fetched epoch, its fetch offset, where that epoch ends here)
+        let cases = [
+            (3, 50, end(3, 60), None),
+            (3, 60, end(3, 60), None),
+            (3, 61, end(3, 40), Some(end(3, 40))),
+            // This log has no epoch 3: it ends with epoch 2 at 30.
+            (3, 20, end(2, 30), Some(end(2, 30))),
+            (
+                3,
+                20,
+                EpochEndOffset::UNDEFINED,
+                Some(EpochEndOffset::UNDEFINED),
+            ),
+        ];
+        for (epoch, offset, local, expected) in cases {
+            assert_eq!(
+                diverging_epoch(epoch, offset, local),
+                expected,
+                "{epoch} {offset} {local:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn waiting_fetch_readiness() {
+        let some = |n| move || Some(n);
+        assert_eq!(
+            fetch_readiness(20, 5, Some(5), 10, some(100)),
+            FetchReadiness::Bytes(100)
+        );
+        assert_eq!(
+            fetch_readiness(20, 5, None, 20, || unreachable!()),
+            FetchReadiness::Bytes(0)
+        );
+        // The epoch changed, the log was truncated below the offset, or the offset
+        // left the log: answer now.
+        assert_eq!(
+            fetch_readiness(20, 6, Some(5), 10, some(1)),
+            FetchReadiness::Changed
+        );
+        assert_eq!(
+            fetch_readiness(8, 5, Some(5), 10, some(1)),
+            FetchReadiness::Changed
+        );
+        assert_eq!(
+            fetch_readiness(20, 5, Some(5), 10, || None),
+            FetchReadiness::Changed
+        );
+    }
+
+    #[test]
+    fn a_waiting_fetch_reads_up_to_the_leo_for_followers_and_the_high_watermark_for_consumers() {
+        let now = Instant::now();
+        let l = leader(&[1, 2], 20, 12, 1, now);
+        let f = follower(20, 15, now);
+        assert_eq!(l.fetch_wait_target(true, false), Some((20, 5)));
+        assert_eq!(l.fetch_wait_target(false, false), Some((12, 5)));
+        assert_eq!(f.fetch_wait_target(true, false), None);
+        assert_eq!(f.fetch_wait_target(false, true), Some((15, 5)));
+    }
+
+    #[test]
+    fn list_offsets_earliest_latest_for_consumers_and_replicas() {
+        let now = Instant::now();
+        let l = leader(&[1, 2], 20, 12, 1, now);
+        use syncline_proto::{EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
+        assert_eq!(
+            l.list_offset(EARLIEST_TIMESTAMP, None, false, 3),
+            Ok((3, 5))
+        );
+        assert_eq!(l.list_offset(LATEST_TIMESTAMP, None, false, 3), Ok((12, 5)));
+        assert_eq!(l.list_offset(LATEST_TIMESTAMP, None, true, 3), Ok((20, 5)));
+        assert_eq!(
+            l.list_offset(1234, None, false, 3),
+            Err(ErrorCode::InvalidRequest)
+        );
+        assert_eq!(
+            follower(20, 12, now).list_offset(LATEST_TIMESTAMP, None, false, 0),
+            Err(ErrorCode::NotLeaderOrFollower)
+        );
+    }
+
+    #[test]
+    fn rack_aware_consumers_are_sent_to_an_isr_member_in_their_rack() {
+        let now = Instant::now();
+        let l = leader(&[1, 2], 20, 20, 1, now);
+        let rack = |id: i32| Some(["a", "b", "c"][(id - 1) as usize].to_string());
+        assert_eq!(l.preferred_read_replica("b", rack), Some(2));
+        assert_eq!(
+            l.preferred_read_replica("a", rack),
+            None,
+            "the leader is in it"
+        );
+        assert_eq!(
+            l.preferred_read_replica("c", rack),
+            None,
+            "3 is not in the ISR"
+        );
+    }
+
+    #[test]
+    fn describe_and_health_report_each_followers_lag_by_one_formula() {
+        let now = Instant::now();
+        let mut l = leader(&[1, 2, 3], 20, 20, 2, now);
+        let _ = l.on_follower_fetch(now, &fetch(2, 15, 20, 5));
+        let d = l.describe(0, 0, now).unwrap();
+        let lags: Vec<(i32, i64, i64)> = d
+            .replica_statuses
+            .iter()
+            .map(|s| (s.broker_id, s.log_end_offset, s.lag_offsets))
+            .collect();
+        assert_eq!(lags, vec![(1, 20, 0), (2, 15, 5), (3, -1, 20)]);
+        let h = l.leader_health().unwrap();
+        assert_eq!(
+            (
+                h.isr_size,
+                h.replicas,
+                h.min_insync_replicas,
+                h.max_follower_lag
+            ),
+            (3, 3, 2, 20)
+        );
+        assert!(follower(20, 20, now).describe(0, 0, now).is_none());
+    }
+}
