@@ -11,9 +11,15 @@
 //! - [`broker`]: the parts of a broker, request dispatch, start and shutdown.
 //! - [`server`]: connections, framing, responders; [`net`]: the network seam.
 //! - [`replica_manager`]: the hosted partitions and the data-plane requests.
-//! - [`partition`]: one replica's log and replication state;
-//!   [`partition::leader_state`] is the pure ISR/HW state machine and
-//!   [`partition::truncation`] the pure truncation decision.
+//! - [`partition`]: one replica. Its rules are pure and table-tested:
+//!   [`partition::core`] (`PartitionCore`: roles and epochs from LeaderAndIsr,
+//!   acks=all completion, fencing, the one high watermark, the follower's HW, the
+//!   divergence check, shrink pacing, AlterPartition answers; every event returns
+//!   `Effects`), [`partition::leader_state`] (follower LEOs, `lastCaughtUpTime`,
+//!   ISR shrink/expand proposals) and [`partition::truncation`] (where a follower
+//!   truncates). [`partition::Partition`] is the shell around the log that runs
+//!   the core and executes its effects on the log; the replica manager executes
+//!   the rest (purgatory wake-ups, AlterPartition, fetchers).
 //! - [`delayed`]: DelayedFetch and DelayedProduce, waiting in purgatories.
 //! - [`fetcher`]: replica fetchers (follower side of replication).
 //! - [`controller_host`]: the controller role's I/O shell; [`controller_client`]:
