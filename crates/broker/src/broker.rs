@@ -60,7 +60,7 @@ impl Broker {
 
     /// Dispatches one request. Data-plane requests are handled inline (see
     /// `server`); the few that wait on the controller get a task.
-    pub fn handle(self: &Arc<Self>, request: pb::Request, responder: Responder) {
+    pub(crate) fn handle(self: &Arc<Self>, request: pb::Request, responder: Responder) {
         use pb::request::Body;
         use pb::response::Body as Resp;
         let Some(body) = request.body else {
@@ -158,7 +158,7 @@ impl Broker {
     }
 
     /// Refreshes the gauges and returns the Prometheus text exposition.
-    pub fn scrape_metrics(&self) -> String {
+    pub(crate) fn scrape_metrics(&self) -> String {
         let m = &self.metrics;
         let mut leaders = 0;
         let mut under_replicated = 0;

@@ -24,14 +24,14 @@ const RETRY_BACKOFF: Duration = Duration::from_millis(200);
 
 /// A connection to the controller, re-established on demand.
 #[derive(Debug)]
-pub struct ControllerChannel {
+pub(crate) struct ControllerChannel {
     config: Arc<BrokerConfig>,
     network: Arc<dyn Network>,
     connection: tokio::sync::Mutex<Option<Connection>>,
 }
 
 impl ControllerChannel {
-    pub fn new(config: Arc<BrokerConfig>, network: Arc<dyn Network>) -> ControllerChannel {
+    pub(crate) fn new(config: Arc<BrokerConfig>, network: Arc<dyn Network>) -> ControllerChannel {
         ControllerChannel {
             config,
             network,
@@ -40,7 +40,10 @@ impl ControllerChannel {
     }
 
     /// Sends a request to the controller.
-    pub async fn send(&self, body: pb::request::Body) -> Result<pb::response::Body, ClientError> {
+    pub(crate) async fn send(
+        &self,
+        body: pb::request::Body,
+    ) -> Result<pb::response::Body, ClientError> {
         let conn = {
             let mut slot = self.connection.lock().await;
             match slot.as_ref().filter(|c| !c.is_closed()) {
@@ -78,7 +81,7 @@ pub struct BrokerStatus {
 /// Registers this broker and heartbeats until `shutdown`; then, if controlled
 /// shutdown is on, asks the controller to move leadership away and waits (bounded)
 /// until it has.
-pub async fn run_lifecycle(
+pub(crate) async fn run_lifecycle(
     config: Arc<BrokerConfig>,
     channel: Arc<ControllerChannel>,
     rm: Arc<ReplicaManager>,
@@ -246,7 +249,7 @@ async fn controlled_shutdown(
 /// Sends ISR proposals to the controller, batching whatever is queued into one
 /// AlterPartition request, and applies the answers. A partition has at most one
 /// proposal in flight (its leader state refuses a second).
-pub async fn run_alter_partition(
+pub(crate) async fn run_alter_partition(
     config: Arc<BrokerConfig>,
     channel: Arc<ControllerChannel>,
     rm: Arc<ReplicaManager>,

@@ -57,7 +57,7 @@ enum Command {
 
 /// The handle request handlers use to reach the controller.
 #[derive(Debug, Clone)]
-pub struct ControllerHandle {
+pub(crate) struct ControllerHandle {
     tx: mpsc::Sender<Command>,
     task: Arc<parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>>,
 }
@@ -76,7 +76,7 @@ impl std::fmt::Debug for Command {
 
 impl ControllerHandle {
     /// Waits for the event loop to finish (after its shutdown token fired).
-    pub async fn join(&self) {
+    pub(crate) async fn join(&self) {
         let task = self.task.lock().take();
         if let Some(t) = task {
             let _ = t.await;
@@ -90,7 +90,7 @@ impl ControllerHandle {
     }
 
     /// Runs a controller request; None when the controller has stopped.
-    pub async fn handle(&self, body: pb::request::Body) -> Option<pb::response::Body> {
+    pub(crate) async fn handle(&self, body: pb::request::Body) -> Option<pb::response::Body> {
         use pb::request::Body as Req;
         use pb::response::Body as Resp;
         Some(match body {
@@ -114,7 +114,7 @@ impl ControllerHandle {
 /// Starts the controller: replays the metadata log under `dir`, takes office and
 /// runs the event loop until `shutdown`. On a metadata-log failure it stops and
 /// fires `fatal` (the process must not carry on with an unknown metadata state).
-pub fn start(
+pub(crate) fn start(
     dir: &Path,
     config: &BrokerConfig,
     network: Arc<dyn Network>,

@@ -17,13 +17,13 @@ use crate::server::Responder;
 
 /// A waiting operation of some connection, to cancel when it closes.
 #[derive(Debug)]
-pub enum PendingOp {
+pub(crate) enum PendingOp {
     Fetch(OpHandle<Arc<DelayedFetch>>),
     Produce(OpHandle<Arc<DelayedProduce>>),
 }
 
 impl PendingOp {
-    pub fn is_completed(&self) -> bool {
+    pub(crate) fn is_completed(&self) -> bool {
         match self {
             PendingOp::Fetch(h) => h.is_completed(),
             PendingOp::Produce(h) => h.is_completed(),
@@ -35,7 +35,7 @@ impl PendingOp {
 
 /// The request-wide parameters of a fetch.
 #[derive(Debug, Clone, Copy)]
-pub struct FetchParams {
+pub(crate) struct FetchParams {
     /// -1 for consumers.
     pub replica_id: i32,
     /// A consumer that may read from a follower (it gave its rack, KIP-392).
@@ -52,14 +52,14 @@ pub struct FetchParams {
 }
 
 impl FetchParams {
-    pub fn is_follower(&self) -> bool {
+    pub(crate) fn is_follower(&self) -> bool {
         self.replica_id >= 0
     }
 }
 
 /// One partition of a fetch, resolved.
 #[derive(Debug, Clone)]
-pub struct FetchPartitionStatus {
+pub(crate) struct FetchPartitionStatus {
     pub topic_index: usize,
     pub partition_index: usize,
     pub partition: Arc<Partition>,
@@ -76,7 +76,7 @@ pub struct FetchPartitionStatus {
 /// A partition read without error: under which leader epoch, and the leader's LEO
 /// then (what a follower's fetch offset is measured against).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReadPoint {
+pub(crate) struct ReadPoint {
     /// The leader epoch the read was validated under.
     pub leader_epoch: i32,
     /// The log end offset when read.
@@ -85,7 +85,7 @@ pub struct ReadPoint {
 
 /// What [`read_partitions`] read.
 #[derive(Debug, Default)]
-pub struct ReadSummary {
+pub(crate) struct ReadSummary {
     /// Record bytes read.
     pub bytes: usize,
     /// Per status, in order: where it was read (None: refused, or diverging).
@@ -95,7 +95,7 @@ pub struct ReadSummary {
 /// Reads every resolved partition of a fetch into `response` (whose entries for
 /// unresolved partitions are already filled with their errors). At least one batch
 /// is returned even past `max_bytes`, so that a large batch cannot stall the reader.
-pub fn read_partitions(
+pub(crate) fn read_partitions(
     params: &FetchParams,
     statuses: &[FetchPartitionStatus],
     response: &mut pb::FetchResponse,
@@ -170,7 +170,7 @@ pub fn read_partitions(
 /// A fetch waiting until `min_bytes` are available, `max_wait_ms` passes, or a
 /// partition changes under it (not leader any more, new epoch, truncated).
 #[derive(Debug)]
-pub struct DelayedFetch {
+pub(crate) struct DelayedFetch {
     params: FetchParams,
     statuses: Vec<FetchPartitionStatus>,
     /// The response with unresolved partitions' errors filled in.
@@ -184,7 +184,7 @@ pub struct DelayedFetch {
 }
 
 impl DelayedFetch {
-    pub fn new(
+    pub(crate) fn new(
         params: FetchParams,
         statuses: Vec<FetchPartitionStatus>,
         template: pb::FetchResponse,
@@ -246,7 +246,7 @@ impl DelayedOperation for DelayedFetch {
 /// One partition of an acks=all produce that has been appended and waits for the
 /// high watermark.
 #[derive(Debug)]
-pub struct ProducePartitionStatus {
+pub(crate) struct ProducePartitionStatus {
     pub topic_index: usize,
     pub partition_index: usize,
     pub partition: Arc<Partition>,
@@ -259,7 +259,7 @@ pub struct ProducePartitionStatus {
 /// An acks=all produce waiting until every pending partition's HW passes its
 /// records, the leader loses leadership, or the timeout passes.
 #[derive(Debug)]
-pub struct DelayedProduce {
+pub(crate) struct DelayedProduce {
     pending: Vec<ProducePartitionStatus>,
     state: Mutex<ProduceState>,
 }
@@ -273,7 +273,7 @@ struct ProduceState {
 }
 
 impl DelayedProduce {
-    pub fn new(
+    pub(crate) fn new(
         pending: Vec<ProducePartitionStatus>,
         response: pb::ProduceResponse,
         responder: Responder,

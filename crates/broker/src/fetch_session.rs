@@ -22,13 +22,13 @@ use syncline_proto::{pb, ErrorCode};
 use tokio::time::Instant;
 
 /// `session_epoch` of a request that starts a new session.
-pub const INITIAL_EPOCH: i32 = 0;
+pub(crate) const INITIAL_EPOCH: i32 = 0;
 /// `session_epoch` of a sessionless request (or one closing its session).
-pub const FINAL_EPOCH: i32 = -1;
+pub(crate) const FINAL_EPOCH: i32 = -1;
 
 /// One partition of a fetch, as the request (or the session) gives it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FetchEntry {
+pub(crate) struct FetchEntry {
     pub topic: String,
     pub partition: i32,
     pub fetch_offset: i64,
@@ -125,7 +125,7 @@ impl Session {
 
 /// How a fetch relates to a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SessionContext {
+pub(crate) enum SessionContext {
     /// No session: the response holds every partition and `session_id` 0.
     Sessionless,
     /// A new session: the response holds every partition and the new id.
@@ -135,7 +135,7 @@ pub enum SessionContext {
 }
 
 impl SessionContext {
-    pub fn session_id(&self) -> i32 {
+    pub(crate) fn session_id(&self) -> i32 {
         match self {
             SessionContext::Sessionless => 0,
             SessionContext::New { id } | SessionContext::Incremental { id } => *id,
@@ -146,7 +146,7 @@ impl SessionContext {
 /// The broker's fetch sessions, bounded (Kafka's
 /// `max.incremental.fetch.session.cache.slots`), least recently used evicted first.
 #[derive(Debug)]
-pub struct FetchSessionCache {
+pub(crate) struct FetchSessionCache {
     max_slots: usize,
     inner: Mutex<Inner>,
 }
@@ -158,7 +158,7 @@ struct Inner {
 }
 
 impl FetchSessionCache {
-    pub fn new(max_slots: usize) -> FetchSessionCache {
+    pub(crate) fn new(max_slots: usize) -> FetchSessionCache {
         FetchSessionCache {
             max_slots,
             inner: Mutex::new(Inner {
@@ -171,17 +171,13 @@ impl FetchSessionCache {
     }
 
     /// Number of open sessions.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.inner.lock().sessions.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Resolves a request: the partitions to fetch (for an incremental fetch, every
     /// partition of the session, updated by the request) and the session context.
-    pub fn begin(
+    pub(crate) fn begin(
         &self,
         req: &pb::FetchRequest,
         now: Instant,
@@ -256,7 +252,7 @@ impl FetchSessionCache {
 
     /// Trims an incremental response to the partitions with news and remembers what
     /// was sent; sets the response's session id.
-    pub fn finish(&self, ctx: SessionContext, response: &mut pb::FetchResponse) {
+    pub(crate) fn finish(&self, ctx: SessionContext, response: &mut pb::FetchResponse) {
         response.session_id = ctx.session_id();
         let (id, incremental) = match ctx {
             SessionContext::Sessionless => return,
@@ -438,7 +434,7 @@ mod tests {
             .begin(&req(id, FINAL_EPOCH, vec![part(0, 0)], vec![]), t0)
             .unwrap();
         assert_eq!(ctx, SessionContext::Sessionless);
-        assert!(cache.is_empty());
+        assert_eq!(cache.len(), 0);
     }
 
     #[test]

@@ -58,7 +58,7 @@ struct Fetcher {
 
 /// Starts, feeds and stops the fetchers.
 #[derive(Debug)]
-pub struct FetcherManager {
+pub(crate) struct FetcherManager {
     config: Arc<BrokerConfig>,
     metadata: Arc<MetadataCache>,
     network: Arc<dyn Network>,
@@ -75,7 +75,7 @@ pub struct FetcherManager {
 }
 
 /// See [`FetcherManager::set_on_append`].
-pub struct AppendListener(pub Box<dyn Fn(&TopicPartition) + Send + Sync>);
+pub(crate) struct AppendListener(pub Box<dyn Fn(&TopicPartition) + Send + Sync>);
 
 impl std::fmt::Debug for AppendListener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -90,7 +90,7 @@ fn now_ms() -> i64 {
 }
 
 impl FetcherManager {
-    pub fn new(
+    pub(crate) fn new(
         config: Arc<BrokerConfig>,
         metadata: Arc<MetadataCache>,
         network: Arc<dyn Network>,
@@ -112,12 +112,12 @@ impl FetcherManager {
     }
 
     /// Sets what to tell after each follower append (once).
-    pub fn set_on_append(&self, listener: AppendListener) {
+    pub(crate) fn set_on_append(&self, listener: AppendListener) {
         let _ = self.on_append.set(listener);
     }
 
     /// Stops every fetcher and waits until none runs.
-    pub async fn stop(&self) {
+    pub(crate) async fn stop(&self) {
         self.shutdown.cancel();
         let tasks = std::mem::take(&mut *self.tasks.lock());
         for t in &tasks {
@@ -138,7 +138,7 @@ impl FetcherManager {
     /// Follows `leader_id` for `partition` in `leader_epoch`, starting with truncation.
     /// Called for every LeaderAndIsr that makes this broker follower or changes the
     /// leader epoch.
-    pub fn add_partition(
+    pub(crate) fn add_partition(
         self: &Arc<Self>,
         partition: Arc<Partition>,
         leader_id: i32,
@@ -187,7 +187,7 @@ impl FetcherManager {
     }
 
     /// Stops fetching `tp` (it became leader, offline, or follows another leader).
-    pub fn remove_partition(&self, tp: &TopicPartition) {
+    pub(crate) fn remove_partition(&self, tp: &TopicPartition) {
         for f in self.fetchers.lock().values() {
             if f.partitions.lock().remove(tp).is_some() {
                 f.changed.notify_one();
@@ -196,7 +196,7 @@ impl FetcherManager {
     }
 
     /// Max over followed partitions of (leader HW − next fetch offset).
-    pub fn max_lag(&self) -> i64 {
+    pub(crate) fn max_lag(&self) -> i64 {
         self.fetchers
             .lock()
             .values()
@@ -209,11 +209,6 @@ impl FetcherManager {
             })
             .max()
             .unwrap_or(0)
-    }
-
-    /// Number of running fetcher tasks.
-    pub fn fetcher_count(&self) -> usize {
-        self.fetchers.lock().len()
     }
 }
 

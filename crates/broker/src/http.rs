@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::broker::Broker;
 
 /// Serves `/metrics` on `listener` until `shutdown`.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     broker: Arc<Broker>,
     shutdown: CancellationToken,

@@ -8,9 +8,9 @@
 //! # Layout
 //!
 //! - [`config`]: the TOML configuration (Kafka's names and defaults).
-//! - [`broker`]: the parts of a broker, request dispatch, start and shutdown.
-//! - [`server`]: connections, framing, responders; [`net`]: the network seam.
-//! - [`replica_manager`]: the hosted partitions and the data-plane requests.
+//! - `broker`: the parts of a broker, request dispatch, start and shutdown.
+//! - `server`: connections, framing, responders; [`net`]: the network seam.
+//! - `replica_manager`: the hosted partitions and the data-plane requests.
 //! - [`partition`]: one replica. Its rules are pure and table-tested:
 //!   [`partition::core`] (`PartitionCore`: roles and epochs from LeaderAndIsr,
 //!   acks=all completion, fencing, the one high watermark, the follower's HW, the
@@ -20,29 +20,31 @@
 //!   truncates). [`partition::Partition`] is the shell around the log that runs
 //!   the core and executes its effects on the log; the replica manager executes
 //!   the rest (purgatory wake-ups, AlterPartition, fetchers).
-//! - [`delayed`]: DelayedFetch and DelayedProduce, waiting in purgatories.
-//! - [`fetcher`]: replica fetchers (follower side of replication).
-//! - [`controller_host`]: the controller role's I/O shell; [`controller_client`]:
+//! - `delayed`: DelayedFetch and DelayedProduce, waiting in purgatories.
+//! - `fetcher`: replica fetchers (follower side of replication).
+//! - `controller_host`: the controller role's I/O shell; `controller_client`:
 //!   registration, heartbeats and AlterPartition from the broker side.
-//! - [`metadata_cache`]: the cluster as this broker knows it.
-//! - [`metrics`], [`http`]: Prometheus metrics and their endpoint.
+//! - `metadata_cache`: the cluster as this broker knows it.
+//! - [`metrics`], `http`: Prometheus metrics and their endpoint.
 //! - [`topic_config`]: a topic's effective settings.
 
-pub mod broker;
+mod broker;
 pub mod config;
-pub mod controller_client;
-pub mod controller_host;
-pub mod delayed;
-pub mod fetch_session;
-pub mod fetcher;
-pub mod http;
-pub mod metadata_cache;
+mod controller_client;
+mod controller_host;
+mod delayed;
+mod fetch_session;
+mod fetcher;
+mod http;
+mod metadata_cache;
 pub mod metrics;
 pub mod net;
 pub mod partition;
-pub mod replica_manager;
-pub mod server;
+mod replica_manager;
+mod server;
 pub mod topic_config;
 
 pub use broker::{start, start_on, Broker, BrokerHandle};
 pub use config::BrokerConfig;
+pub use controller_client::BrokerStatus;
+pub use replica_manager::ReplicaManager;

@@ -26,7 +26,7 @@ struct Image {
 
 /// The cluster as this broker knows it.
 #[derive(Debug)]
-pub struct MetadataCache {
+pub(crate) struct MetadataCache {
     image: RwLock<Image>,
     changed: Notify,
     /// Held for the whole application of an announcement (cache and roles), so a
@@ -36,7 +36,7 @@ pub struct MetadataCache {
 
 /// What an announcement changed.
 #[derive(Debug, Default)]
-pub struct AppliedMetadata {
+pub(crate) struct AppliedMetadata {
     /// Partition states newer than what the cache had (or that a full sync repeats).
     pub partitions: Vec<pb::PartitionState>,
     /// Topics whose configs changed.
@@ -44,7 +44,7 @@ pub struct AppliedMetadata {
 }
 
 impl MetadataCache {
-    pub fn new(cluster_id: &str, controller_id: i32) -> MetadataCache {
+    pub(crate) fn new(cluster_id: &str, controller_id: i32) -> MetadataCache {
         MetadataCache {
             image: RwLock::new(Image {
                 cluster_id: cluster_id.to_string(),
@@ -60,19 +60,23 @@ impl MetadataCache {
     }
 
     /// Serialises announcements: hold the guard while applying one (see `update`).
-    pub fn lock_for_update(&self) -> parking_lot::MutexGuard<'_, ()> {
+    pub(crate) fn lock_for_update(&self) -> parking_lot::MutexGuard<'_, ()> {
         self.update.lock()
     }
 
     /// Wakes [`MetadataCache::wait_for_leaders`] callers: call once an announcement is
     /// fully applied (partitions created, roles taken), not just cached.
-    pub fn notify_applied(&self) {
+    pub(crate) fn notify_applied(&self) {
         self.changed.notify_waiters();
     }
 
     /// Waits until every topic in `topics` has all its partitions with a leader, or
     /// `timeout` passes. Returns whether they are all there.
-    pub async fn wait_for_leaders(&self, topics: &[String], timeout: std::time::Duration) -> bool {
+    pub(crate) async fn wait_for_leaders(
+        &self,
+        topics: &[String],
+        timeout: std::time::Duration,
+    ) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let changed = self.changed.notified();
@@ -96,18 +100,18 @@ impl MetadataCache {
     }
 
     /// The controller epoch of the last applied announcement.
-    pub fn controller_epoch(&self) -> i32 {
+    pub(crate) fn controller_epoch(&self) -> i32 {
         self.image.read().controller_epoch
     }
 
     /// The metadata log offset the cache is up to.
-    pub fn metadata_offset(&self) -> i64 {
+    pub(crate) fn metadata_offset(&self) -> i64 {
         self.image.read().metadata_offset
     }
 
     /// Applies a LeaderAndIsr request. Partition states older than the cached ones are
     /// skipped; on a full sync every state is returned so the caller re-checks roles.
-    pub fn apply(&self, req: &pb::LeaderAndIsrRequest) -> AppliedMetadata {
+    pub(crate) fn apply(&self, req: &pb::LeaderAndIsrRequest) -> AppliedMetadata {
         let mut image = self.image.write();
         let mut applied = AppliedMetadata::default();
         image.controller_epoch = image.controller_epoch.max(req.controller_epoch);
@@ -152,7 +156,7 @@ impl MetadataCache {
     }
 
     /// host:port of a broker.
-    pub fn broker_address(&self, id: i32) -> Option<String> {
+    pub(crate) fn broker_address(&self, id: i32) -> Option<String> {
         let image = self.image.read();
         let e = image.brokers.get(&id)?.endpoint.as_ref()?;
         Some(format!("{}:{}", e.host, e.port))
@@ -160,7 +164,7 @@ impl MetadataCache {
 
     /// Whether the controller would take `broker` into an ISR: registered,
     /// unfenced, and (when given) in the broker epoch it is known by.
-    pub fn is_eligible(&self, broker: i32, broker_epoch: i64) -> bool {
+    pub(crate) fn is_eligible(&self, broker: i32, broker_epoch: i64) -> bool {
         let image = self.image.read();
         image
             .brokers
@@ -169,14 +173,14 @@ impl MetadataCache {
     }
 
     /// A broker's rack, if it has one.
-    pub fn broker_rack(&self, id: i32) -> Option<String> {
+    pub(crate) fn broker_rack(&self, id: i32) -> Option<String> {
         let image = self.image.read();
         let rack = &image.brokers.get(&id)?.endpoint.as_ref()?.rack;
         (!rack.is_empty()).then(|| rack.clone())
     }
 
     /// A topic's configs (empty when unknown).
-    pub fn topic_configs(&self, topic: &str) -> HashMap<String, String> {
+    pub(crate) fn topic_configs(&self, topic: &str) -> HashMap<String, String> {
         self.image
             .read()
             .topics
@@ -186,7 +190,11 @@ impl MetadataCache {
     }
 
     /// The partition's announced state.
-    pub fn partition_state(&self, topic: &str, partition: i32) -> Option<pb::PartitionState> {
+    pub(crate) fn partition_state(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Option<pb::PartitionState> {
         self.image
             .read()
             .topics
@@ -194,13 +202,6 @@ impl MetadataCache {
             .partitions
             .get(&partition)
             .cloned()
-    }
-
-    /// Number of partitions of a topic (None when unknown).
-    pub fn partition_count(&self, topic: &str) -> Option<usize> {
-        let image = self.image.read();
-        let t = image.topics.get(topic)?;
-        (!t.partitions.is_empty()).then_some(t.partitions.len())
     }
 
     /// A broker's endpoint on `listener` (its inter-broker endpoint when it has no
@@ -224,7 +225,7 @@ impl MetadataCache {
     /// The Metadata response for a client on `listener`: unfenced brokers (their
     /// endpoints on that listener) and the requested topics (all when `topics` is
     /// empty).
-    pub fn metadata(&self, topics: &[String], listener: &str) -> pb::MetadataResponse {
+    pub(crate) fn metadata(&self, topics: &[String], listener: &str) -> pb::MetadataResponse {
         let image = self.image.read();
         let brokers = image
             .brokers
@@ -284,7 +285,7 @@ impl MetadataCache {
     }
 
     /// DescribeTopics from the cluster's point of view (leader-only fields unset).
-    pub fn describe_topics(&self, topics: &[String]) -> pb::DescribeTopicsResponse {
+    pub(crate) fn describe_topics(&self, topics: &[String]) -> pb::DescribeTopicsResponse {
         let image = self.image.read();
         let names: Vec<String> = if topics.is_empty() {
             image.topics.keys().cloned().collect()
@@ -327,7 +328,7 @@ impl MetadataCache {
     }
 
     /// DescribeCluster for a client on `listener`: every registered broker.
-    pub fn describe_cluster(&self, listener: &str) -> pb::DescribeClusterResponse {
+    pub(crate) fn describe_cluster(&self, listener: &str) -> pb::DescribeClusterResponse {
         let image = self.image.read();
         pb::DescribeClusterResponse {
             error_code: ErrorCode::None as i32,
@@ -342,22 +343,6 @@ impl MetadataCache {
                 })
                 .collect(),
         }
-    }
-
-    /// Partitions whose leader is offline, and partitions total (for metrics).
-    pub fn counts(&self) -> (usize, usize) {
-        let image = self.image.read();
-        let mut offline = 0;
-        let mut total = 0;
-        for t in image.topics.values() {
-            for ps in t.partitions.values() {
-                total += 1;
-                if ps.leader == NO_LEADER {
-                    offline += 1;
-                }
-            }
-        }
-        (offline, total)
     }
 }
 
@@ -464,6 +449,5 @@ mod tests {
         );
         let cluster = c.describe_cluster("EXTERNAL");
         assert_eq!(cluster.brokers[2].endpoint.as_ref().unwrap().port, 19_093);
-        assert_eq!(c.counts(), (1, 2));
     }
 }

@@ -44,7 +44,7 @@ const MAX_PRODUCE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// An ISR change for the AlterPartition sender.
 #[derive(Debug, Clone)]
-pub struct IsrRequest {
+pub(crate) struct IsrRequest {
     pub tp: TopicPartition,
     pub proposal: IsrProposal,
 }
@@ -81,7 +81,7 @@ pub struct ReplicaManager {
 use syncline_proto::wall_clock_ms;
 
 impl ReplicaManager {
-    pub fn new(
+    pub(crate) fn new(
         config: Arc<BrokerConfig>,
         metadata: Arc<MetadataCache>,
         fetchers: Arc<FetcherManager>,
@@ -111,7 +111,7 @@ impl ReplicaManager {
         self.broker_epoch.load(Ordering::Acquire)
     }
 
-    pub fn set_broker_epoch(&self, epoch: i64) {
+    pub(crate) fn set_broker_epoch(&self, epoch: i64) {
         self.broker_epoch.store(epoch, Ordering::Release);
     }
 
@@ -142,7 +142,7 @@ impl ReplicaManager {
     }
 
     /// Cancels a waiting operation whose connection closed.
-    pub fn cancel(&self, op: PendingOp) {
+    pub(crate) fn cancel(&self, op: PendingOp) {
         match op {
             PendingOp::Fetch(h) => {
                 self.fetch_purgatory.cancel(&h);
@@ -189,7 +189,7 @@ impl ReplicaManager {
 
     // --- Produce ---
 
-    pub fn handle_produce(&self, req: pb::ProduceRequest, responder: Responder) {
+    pub(crate) fn handle_produce(&self, req: pb::ProduceRequest, responder: Responder) {
         let acks = req.acks;
         let acks_valid = matches!(acks, 0 | 1 | ACKS_ALL);
         let now_ms = wall_clock_ms();
@@ -302,7 +302,7 @@ impl ReplicaManager {
 
     // --- Fetch ---
 
-    pub fn handle_fetch(&self, req: pb::FetchRequest, responder: Responder) {
+    pub(crate) fn handle_fetch(&self, req: pb::FetchRequest, responder: Responder) {
         let (session, entries) = match self.fetch_sessions.begin(&req, Instant::now()) {
             Ok(resolved) => resolved,
             Err(code) => {
@@ -498,7 +498,7 @@ impl ReplicaManager {
     }
 
     /// Applies the controller's answer to an AlterPartition.
-    pub fn on_isr_result(&self, tp: &TopicPartition, result: AlterPartitionResult) {
+    pub(crate) fn on_isr_result(&self, tp: &TopicPartition, result: AlterPartitionResult) {
         let Some(partition) = self.partition(&tp.topic, tp.partition) else {
             return;
         };
@@ -511,7 +511,7 @@ impl ReplicaManager {
     }
 
     /// The periodic ISR shrink check over every partition this broker leads.
-    pub fn maybe_shrink_isrs(&self) {
+    pub(crate) fn maybe_shrink_isrs(&self) {
         let now = Instant::now();
         for p in self.all_partitions() {
             let effects = p.on_tick(now);
@@ -520,13 +520,13 @@ impl ReplicaManager {
     }
 
     /// How often to poll the partitions' shrink checks (each runs at its own pace).
-    pub fn shrink_check_interval(&self) -> Duration {
+    pub(crate) fn shrink_check_interval(&self) -> Duration {
         (Duration::from_millis(self.config.replica_lag_time_max_ms) / 2).min(SHRINK_POLL)
     }
 
     // --- ListOffsets / OffsetsForLeaderEpoch ---
 
-    pub fn list_offsets(&self, req: &pb::ListOffsetsRequest) -> pb::ListOffsetsResponse {
+    pub(crate) fn list_offsets(&self, req: &pb::ListOffsetsRequest) -> pb::ListOffsetsResponse {
         pb::ListOffsetsResponse {
             topics: req
                 .topics
@@ -574,7 +574,7 @@ impl ReplicaManager {
         }
     }
 
-    pub fn offsets_for_leader_epoch(
+    pub(crate) fn offsets_for_leader_epoch(
         &self,
         req: &pb::OffsetsForLeaderEpochRequest,
     ) -> pb::OffsetsForLeaderEpochResponse {
@@ -622,7 +622,7 @@ impl ReplicaManager {
     // --- DescribeTopics ---
 
     /// The cluster's view, with the leader's own view for partitions led here.
-    pub fn describe_topics(&self, topics: &[String]) -> pb::DescribeTopicsResponse {
+    pub(crate) fn describe_topics(&self, topics: &[String]) -> pb::DescribeTopicsResponse {
         let mut response = self.metadata.describe_topics(topics);
         let now = Instant::now();
         for t in &mut response.topics {
@@ -641,7 +641,10 @@ impl ReplicaManager {
     // --- role changes ---
 
     /// Applies a LeaderAndIsr request from the controller.
-    pub fn apply_leader_and_isr(&self, req: &pb::LeaderAndIsrRequest) -> pb::LeaderAndIsrResponse {
+    pub(crate) fn apply_leader_and_isr(
+        &self,
+        req: &pb::LeaderAndIsrRequest,
+    ) -> pb::LeaderAndIsrResponse {
         let _serial = self.metadata.lock_for_update();
         let refuse = |code: ErrorCode| pb::LeaderAndIsrResponse {
             error_code: code as i32,
@@ -788,20 +791,20 @@ impl ReplicaManager {
 
     // --- housekeeping ---
 
-    pub fn checkpoint_high_watermarks(&self) {
+    pub(crate) fn checkpoint_high_watermarks(&self) {
         for p in self.all_partitions() {
             p.checkpoint_high_watermark();
         }
     }
 
-    pub fn flush_due(&self) {
+    pub(crate) fn flush_due(&self) {
         let now_ms = wall_clock_ms();
         for p in self.all_partitions() {
             p.flush_if_due(now_ms);
         }
     }
 
-    pub fn apply_retention(&self) {
+    pub(crate) fn apply_retention(&self) {
         let now_ms = wall_clock_ms();
         for p in self.all_partitions() {
             p.apply_retention(now_ms);
@@ -809,7 +812,7 @@ impl ReplicaManager {
     }
 
     /// Clean shutdown: checkpoint and flush every log.
-    pub fn close_all(&self) {
+    pub(crate) fn close_all(&self) {
         for p in self.all_partitions() {
             p.close();
         }

@@ -26,8 +26,7 @@ use crate::net::{BoxStream, Listener};
 
 /// Per-connection state shared with the responders of its requests.
 #[derive(Debug)]
-pub struct ConnectionState {
-    pub peer: String,
+pub(crate) struct ConnectionState {
     /// The name of the listener it arrived on (answers carry that listener's
     /// endpoints).
     pub listener: Arc<str>,
@@ -39,7 +38,7 @@ pub struct ConnectionState {
 
 impl ConnectionState {
     /// Remembers a waiting operation so that closing the connection cancels it.
-    pub fn track(&self, op: PendingOp) {
+    pub(crate) fn track(&self, op: PendingOp) {
         let mut pending = self.pending.lock();
         // Drop completed ones now and then so the list stays as long as what waits.
         if pending.len() >= 64 && pending.len().is_power_of_two() {
@@ -52,7 +51,7 @@ impl ConnectionState {
 /// Sends the response of one request. Dropping it without sending (acks=0) frees
 /// the in-flight slot all the same.
 #[derive(Debug)]
-pub struct Responder {
+pub(crate) struct Responder {
     conn: Arc<ConnectionState>,
     correlation_id: i32,
     api: Option<Arc<ApiMetrics>>,
@@ -62,12 +61,12 @@ pub struct Responder {
 
 impl Responder {
     /// The connection the request came on.
-    pub fn connection(&self) -> &Arc<ConnectionState> {
+    pub(crate) fn connection(&self) -> &Arc<ConnectionState> {
         &self.conn
     }
 
     /// Sends the response.
-    pub fn send(self, body: pb::response::Body) {
+    pub(crate) fn send(self, body: pb::response::Body) {
         let response = pb::Response {
             correlation_id: self.correlation_id,
             body: Some(body),
@@ -81,7 +80,7 @@ impl Responder {
     }
 
     /// Sends an error for a request that could not be served at all.
-    pub fn send_error(self, code: syncline_proto::ErrorCode, message: impl Into<String>) {
+    pub(crate) fn send_error(self, code: syncline_proto::ErrorCode, message: impl Into<String>) {
         self.send(pb::response::Body::Error(pb::ErrorResponse {
             error_code: code as i32,
             error_message: message.into(),
@@ -89,7 +88,7 @@ impl Responder {
     }
 
     /// Completes a request that gets no response (acks=0).
-    pub fn no_response(self) {
+    pub(crate) fn no_response(self) {
         if let Some(api) = &self.api {
             api.observe(self.started.elapsed(), 0);
         }
@@ -97,7 +96,7 @@ impl Responder {
 }
 
 /// Accepts connections until `shutdown` fires.
-pub async fn serve(
+pub(crate) async fn serve(
     mut listener: Box<dyn Listener>,
     name: Arc<str>,
     broker: Arc<Broker>,
@@ -134,7 +133,6 @@ async fn connection(
     let (read_half, write_half) = tokio::io::split(stream);
     let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
     let conn = Arc::new(ConnectionState {
-        peer: peer.clone(),
         listener,
         tx,
         pending: Mutex::new(Vec::new()),
