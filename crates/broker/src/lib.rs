@@ -15,7 +15,8 @@
 //!   [`partition::leader_state`] is the pure ISR/HW state machine and
 //!   [`partition::truncation`] the pure truncation decision.
 //! - [`delayed`]: DelayedFetch and DelayedProduce, waiting in purgatories.
-//! - [`fetcher`]: replica fetchers (follower side of replication).
+//! - [`fetcher`]: replica fetchers (follower side of replication), the I/O shell
+//!   of [`follower`], the pure machine of one followed partition's fetch phases.
 //! - [`controller_host`]: the controller role's I/O shell; [`controller_client`]:
 //!   registration, heartbeats and AlterPartition from the broker side.
 //! - [`metadata_cache`]: the cluster as this broker knows it.
@@ -29,6 +30,7 @@ pub mod controller_host;
 pub mod delayed;
 pub mod fetch_session;
 pub mod fetcher;
+pub mod follower;
 pub mod http;
 pub mod metadata_cache;
 pub mod metrics;
