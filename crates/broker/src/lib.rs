@@ -18,7 +18,9 @@
 //! - [`fetcher`]: replica fetchers (follower side of replication), the I/O shell
 //!   of [`follower`], the pure machine of one followed partition's fetch phases.
 //! - [`controller_host`]: the controller role's I/O shell; [`controller_client`]:
-//!   registration, heartbeats and AlterPartition from the broker side.
+//!   registration, heartbeats and AlterPartition from the broker side, the I/O
+//!   shell of [`lifecycle`], the pure machine of the broker's standing with the
+//!   controller.
 //! - [`metadata_cache`]: the cluster as this broker knows it.
 //! - [`metrics`], [`http`]: Prometheus metrics and their endpoint.
 //! - [`topic_config`]: a topic's effective settings.
@@ -32,6 +34,7 @@ pub mod fetch_session;
 pub mod fetcher;
 pub mod follower;
 pub mod http;
+pub mod lifecycle;
 pub mod metadata_cache;
 pub mod metrics;
 pub mod net;
