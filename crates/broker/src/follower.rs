@@ -4,21 +4,22 @@
 //! as an [`Effect`] that the replica fetcher ([`crate::fetcher`]) executes and
 //! answers with the next event.
 //!
-//! ```text
-//!            added (epoch rule)                         added (HW rule)
-//!                  │                                          │
-//!                  ▼   truncated, decision complete           ▼
-//!   ┌──────► Truncating ─────────────────────────────────► Fetching ◄──┐
-//!   │          │  ▲  └ truncated, another round (KIP-279)  │   │  │   │ pause over
-//!   │          │  └──────────────── diverging epoch,        │   │  │   │
-//!   │          │                    out of range above ─────┘   │  ▼   │
-//!   │          │ error, failure                         error,  │ BackingOff
-//!   │          ▼                                        failure │   (resumes the
-//!   └──── BackingOff ◄──────────────────────────────────────────┘   phase it paused)
+//! The transitions:
 //!
-//!   FENCED_LEADER_EPOCH from the leader, or the local partition refusing the
-//!   epoch: Fenced, until the next LeaderAndIsr replaces the machine.
-//! ```
+//! - added: `Truncating` under the epoch rule, `Fetching` under the legacy HW rule
+//!   (the role change already truncated to the high watermark).
+//! - `Truncating`: an empty log fetches at once; otherwise ask where its latest
+//!   epoch ends, truncate as [`decide`] says, then `Fetching` — or `Truncating`
+//!   again when the leader answered with an epoch this replica never had (KIP-279).
+//! - `Fetching`: records are appended; a `diverging_epoch` truncates (and may lead
+//!   back to `Truncating`); OFFSET_OUT_OF_RANGE asks where the leader's log starts,
+//!   then either starts over there (below it) or goes back to `Truncating` (above
+//!   the leader's end).
+//! - any error or failure: `BackingOff` for 10 ms, doubling with every failure in
+//!   a row up to `replica_fetch_backoff_ms`, then back to the phase it paused. A
+//!   lost fetch session retries at once (the next fetch opens a new one).
+//! - FENCED_LEADER_EPOCH from the leader, or the local partition refusing the
+//!   epoch: `Fenced` until the next LeaderAndIsr replaces the machine.
 //!
 //! A partition leaving the fetcher (it became leader, went offline, or follows
 //! another leader or epoch) simply drops its machine; a LeaderAndIsr for a new
