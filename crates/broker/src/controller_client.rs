@@ -1,5 +1,6 @@
-//! The broker's side of the controller: registration and heartbeats (the broker's
-//! lifecycle), and the AlterPartition sender that carries ISR proposals.
+//! The broker's side of the controller: the I/O shell of the broker's lifecycle
+//! ([`crate::lifecycle`]: registration, heartbeats, controlled shutdown), and the
+//! AlterPartition sender that carries ISR proposals.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,6 +11,10 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::BrokerConfig;
+pub(crate) use crate::lifecycle::BrokerStatus;
+use crate::lifecycle::{
+    Action, Event, HeartbeatAnswer, Lifecycle, LifecycleConfig, State, StopReason,
+};
 use crate::metadata_cache::MetadataCache;
 use crate::net::Network;
 use crate::partition::TopicPartition;
@@ -17,8 +22,6 @@ use crate::replica_manager::{IsrRequest, ReplicaManager};
 
 /// How long one request to the controller may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// Heartbeat interval while fenced (catching up with metadata).
-const FENCED_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
 /// Pause after a failed request before the next attempt.
 const RETRY_BACKOFF: Duration = Duration::from_millis(200);
 
@@ -71,16 +74,10 @@ impl ControllerChannel {
     }
 }
 
-/// What the lifecycle task reports about this broker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BrokerStatus {
-    pub broker_epoch: i64,
-    pub fenced: bool,
-}
-
 /// Registers this broker and heartbeats until `shutdown`; then, if controlled
 /// shutdown is on, asks the controller to move leadership away and waits (bounded)
-/// until it has.
+/// until it has. The I/O shell of [`Lifecycle`]: it sends what the machine asks
+/// for, publishes the status it reports, and feeds every outcome back.
 pub(crate) async fn run_lifecycle(
     config: Arc<BrokerConfig>,
     channel: Arc<ControllerChannel>,
@@ -90,79 +87,125 @@ pub(crate) async fn run_lifecycle(
     shutdown: CancellationToken,
 ) {
     let incarnation: [u8; 16] = rand::random();
-    let interval = Duration::from_millis(config.broker_heartbeat_interval_ms);
-    'register: loop {
-        let epoch = loop {
-            if shutdown.is_cancelled() {
-                return;
-            }
-            match register(&config, &channel, &incarnation).await {
-                Ok(epoch) => break epoch,
-                Err(e) => {
-                    tracing::warn!(error = %e, controller = %config.controller().address, "broker registration failed; retrying");
-                    tokio::select! {
-                        _ = shutdown.cancelled() => return,
-                        _ = tokio::time::sleep(interval.min(Duration::from_secs(1))) => {}
+    let mut lifecycle = Lifecycle::new(LifecycleConfig {
+        heartbeat_interval: Duration::from_millis(config.broker_heartbeat_interval_ms),
+        controlled_shutdown_timeout: config
+            .controlled_shutdown_enable
+            .then(|| Duration::from_millis(config.controlled_shutdown_timeout_ms)),
+    });
+    let mut action = Action::Register;
+    let mut told_shutdown = false;
+    loop {
+        let event = if shutdown.is_cancelled() && !told_shutdown {
+            told_shutdown = true;
+            Event::Shutdown
+        } else {
+            match action {
+                Action::Register => match register(&config, &channel, &incarnation).await {
+                    Ok(broker_epoch) => Event::Registered { broker_epoch },
+                    Err(e) => {
+                        tracing::warn!(error = %e, controller = %config.controller().address, "broker registration failed; retrying");
+                        Event::RegistrationFailed
                     }
+                },
+                Action::Heartbeat {
+                    broker_epoch,
+                    want_shutdown,
+                } => Event::Heartbeat(
+                    heartbeat(&config, &channel, &metadata, broker_epoch, want_shutdown).await,
+                ),
+                Action::SleepUntil(until) if told_shutdown => {
+                    tokio::time::sleep_until(until).await;
+                    Event::Timer
                 }
-            }
-        };
-        rm.set_broker_epoch(epoch);
-        status.send_replace(BrokerStatus {
-            broker_epoch: epoch,
-            fenced: true,
-        });
-        tracing::info!(broker_epoch = epoch, "registered with the controller");
-        loop {
-            let request = pb::BrokerHeartbeatRequest {
-                broker_id: config.node_id,
-                broker_epoch: epoch,
-                current_metadata_offset: metadata.metadata_offset(),
-                want_fence: false,
-                want_shutdown: false,
-            };
-            match channel
-                .send(pb::request::Body::BrokerHeartbeat(request))
-                .await
-            {
-                Ok(pb::response::Body::BrokerHeartbeat(r)) => {
-                    match ErrorCode::from_wire(r.error_code) {
-                        ErrorCode::None => {
-                            let was = *status.borrow();
-                            if was.fenced != r.is_fenced {
-                                tracing::info!(fenced = r.is_fenced, "broker fencing changed");
-                            }
-                            status.send_replace(BrokerStatus {
-                                broker_epoch: epoch,
-                                fenced: r.is_fenced,
-                            });
+                Action::SleepUntil(until) => tokio::select! {
+                    _ = shutdown.cancelled() => continue,
+                    _ = tokio::time::sleep_until(until) => Event::Timer,
+                },
+                Action::Stop(reason) => {
+                    match reason {
+                        StopReason::Shutdown => {}
+                        StopReason::LeadershipMoved => {
+                            tracing::info!("controlled shutdown: leadership moved away")
                         }
-                        ErrorCode::StaleBrokerEpoch | ErrorCode::BrokerIdNotRegistered => {
-                            tracing::warn!(error = %ErrorCode::from_wire(r.error_code), "controller no longer knows this registration; registering again");
-                            continue 'register;
+                        StopReason::Refused(code) => {
+                            tracing::warn!(error = %code, "controlled shutdown: heartbeat refused")
                         }
-                        code => tracing::warn!(error = %code, "heartbeat refused"),
-                    }
-                }
-                Ok(_) => tracing::warn!("unexpected heartbeat response"),
-                Err(e) => tracing::debug!(error = %e, "heartbeat failed"),
-            }
-            // While fenced, check in often: the controller unfences a broker as soon
-            // as a heartbeat shows it has caught up with the metadata.
-            let wait = if status.borrow().fenced {
-                interval.min(FENCED_HEARTBEAT_INTERVAL)
-            } else {
-                interval
-            };
-            tokio::select! {
-                _ = shutdown.cancelled() => {
-                    if config.controlled_shutdown_enable {
-                        controlled_shutdown(&config, &channel, &metadata, epoch).await;
+                        StopReason::ControllerUnreachable => {
+                            tracing::warn!("controlled shutdown: controller unreachable")
+                        }
+                        StopReason::TimedOut => tracing::warn!("controlled shutdown timed out"),
                     }
                     return;
                 }
-                _ = tokio::time::sleep(wait) => {}
             }
+        };
+        let was = lifecycle.state();
+        let step = lifecycle.on_event(event, tokio::time::Instant::now());
+        if let Some(s) = step.status {
+            match was {
+                State::Registering => {
+                    tracing::info!(
+                        broker_epoch = s.broker_epoch,
+                        "registered with the controller"
+                    )
+                }
+                _ if status.borrow().fenced != s.fenced => {
+                    tracing::info!(fenced = s.fenced, "broker fencing changed")
+                }
+                _ => {}
+            }
+            rm.set_broker_epoch(s.broker_epoch);
+            status.send_replace(s);
+        }
+        if let Event::Heartbeat(HeartbeatAnswer::Error(code)) = event {
+            match (was, lifecycle.state()) {
+                (State::Fenced { .. } | State::Unfenced { .. }, State::Registering) => {
+                    tracing::warn!(error = %code, "controller no longer knows this registration; registering again")
+                }
+                (State::Fenced { .. } | State::Unfenced { .. }, _) => {
+                    tracing::warn!(error = %code, "heartbeat refused")
+                }
+                _ => {}
+            }
+        }
+        action = step.action;
+    }
+}
+
+/// Sends one heartbeat and says how it ended.
+async fn heartbeat(
+    config: &BrokerConfig,
+    channel: &ControllerChannel,
+    metadata: &MetadataCache,
+    broker_epoch: i64,
+    want_shutdown: bool,
+) -> HeartbeatAnswer {
+    let request = pb::BrokerHeartbeatRequest {
+        broker_id: config.node_id,
+        broker_epoch,
+        current_metadata_offset: metadata.metadata_offset(),
+        want_fence: false,
+        want_shutdown,
+    };
+    match channel
+        .send(pb::request::Body::BrokerHeartbeat(request))
+        .await
+    {
+        Ok(pb::response::Body::BrokerHeartbeat(r)) => match ErrorCode::from_wire(r.error_code) {
+            ErrorCode::None => HeartbeatAnswer::Ok {
+                is_fenced: r.is_fenced,
+                should_shutdown: r.should_shutdown,
+            },
+            code => HeartbeatAnswer::Error(code),
+        },
+        Ok(_) => {
+            tracing::warn!("unexpected heartbeat response");
+            HeartbeatAnswer::Unexpected
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "heartbeat failed");
+            HeartbeatAnswer::Unreachable
         }
     }
 }
@@ -208,42 +251,6 @@ async fn register(
         Ok(_) => Err("unexpected response".into()),
         Err(e) => Err(e.to_string()),
     }
-}
-
-async fn controlled_shutdown(
-    config: &BrokerConfig,
-    channel: &ControllerChannel,
-    metadata: &MetadataCache,
-    epoch: i64,
-) {
-    let deadline =
-        tokio::time::Instant::now() + Duration::from_millis(config.controlled_shutdown_timeout_ms);
-    while tokio::time::Instant::now() < deadline {
-        let request = pb::BrokerHeartbeatRequest {
-            broker_id: config.node_id,
-            broker_epoch: epoch,
-            current_metadata_offset: metadata.metadata_offset(),
-            want_fence: false,
-            want_shutdown: true,
-        };
-        match channel
-            .send(pb::request::Body::BrokerHeartbeat(request))
-            .await
-        {
-            Ok(pb::response::Body::BrokerHeartbeat(r)) if r.should_shutdown => {
-                tracing::info!("controlled shutdown: leadership moved away");
-                return;
-            }
-            Ok(pb::response::Body::BrokerHeartbeat(r)) if r.error_code != 0 => return,
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "controlled shutdown: controller unreachable");
-                return;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    tracing::warn!("controlled shutdown timed out");
 }
 
 /// Sends ISR proposals to the controller, batching whatever is queued into one

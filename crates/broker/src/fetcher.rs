@@ -4,6 +4,11 @@
 //! soon as the response is appended. A partition joins a fetcher *truncating*: it
 //! first asks the leader where its latest epoch ends (OffsetsForLeaderEpoch),
 //! truncates there, and only then fetches from its new LEO.
+//!
+//! This module is the I/O shell: which request a partition needs, and how each
+//! answer or error moves it, is decided by its [`FollowerState`] machine
+//! ([`crate::follower`]); the task here sends the requests, touches the log, and
+//! feeds the outcomes back.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -13,39 +18,29 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use syncline_client::Connection;
-use syncline_proto::{pb, ErrorCode, EARLIEST_TIMESTAMP};
+use syncline_proto::{pb, wall_clock_ms, EpochEndOffset, ErrorCode, EARLIEST_TIMESTAMP};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::BrokerConfig;
+use crate::follower::{
+    retry_backoff, Effect, Event, FetchAnswer, FollowerState, LogPosition, TruncationCause,
+};
 use crate::metadata_cache::MetadataCache;
 use crate::metrics::BrokerMetrics;
 use crate::net::Network;
-use crate::partition::truncation::{decide, LeaderEpochEnd};
+use crate::partition::truncation::LocalLog;
 use crate::partition::{Partition, TopicPartition};
 
 /// Longest a request to a leader may take beyond its own wait.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// Must agree with the leader on where the logs diverge before fetching.
-    Truncating,
-    Fetching,
-}
-
+/// One followed partition: its replica and its fetch phase machine.
 #[derive(Debug)]
 struct FetchState {
     partition: Arc<Partition>,
-    leader_epoch: i32,
-    phase: Phase,
-    /// Skip the partition until then (after an error).
-    backoff_until: Option<Instant>,
-    /// Failed rounds in a row: the next pause doubles with each one.
-    failures: u32,
-    /// Leader HW − our fetch offset, from the last response.
-    lag: i64,
+    machine: FollowerState,
 }
 
 /// One fetcher's partitions, shared between the manager and its task.
@@ -81,12 +76,6 @@ impl std::fmt::Debug for AppendListener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("AppendListener")
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 impl FetcherManager {
@@ -166,23 +155,15 @@ impl FetcherManager {
             tasks.push(tokio::spawn(task.run()));
             f
         });
-        fetcher.partitions.lock().insert(
-            tp,
-            FetchState {
-                partition,
-                leader_epoch,
-                // Under the legacy rule, truncated to the high watermark already when
-                // the role changed.
-                phase: if self.config.truncates_by_leader_epoch() {
-                    Phase::Truncating
-                } else {
-                    Phase::Fetching
-                },
-                backoff_until: None,
-                failures: 0,
-                lag: 0,
-            },
+        let machine = FollowerState::new(
+            leader_epoch,
+            self.config.truncates_by_leader_epoch(),
+            retry_backoff(self.config.replica_fetch_backoff_ms),
         );
+        fetcher
+            .partitions
+            .lock()
+            .insert(tp, FetchState { partition, machine });
         fetcher.changed.notify_one();
     }
 
@@ -204,7 +185,7 @@ impl FetcherManager {
                 f.partitions
                     .lock()
                     .values()
-                    .map(|s| s.lag)
+                    .map(|s| s.machine.lag())
                     .collect::<Vec<_>>()
             })
             .max()
@@ -294,11 +275,20 @@ impl FetchSessionBuilder {
     }
 }
 
-/// A snapshot of one partition for one round.
+/// One partition in one round, as it was when the round started.
 struct Round {
     tp: TopicPartition,
     partition: Arc<Partition>,
     leader_epoch: i32,
+}
+
+/// What one round sends: OffsetsForLeaderEpoch asks, fetches, and when the next
+/// paused partition resumes.
+#[derive(Default)]
+struct Wants {
+    asks: Vec<(Round, i32)>,
+    fetches: Vec<(Round, pb::FetchPartition)>,
+    next_wake: Option<Instant>,
 }
 
 impl FetcherTask {
@@ -314,18 +304,19 @@ impl FetcherTask {
             if self.manager.shutdown.is_cancelled() {
                 break;
             }
-            let (truncating, fetching, next_wake) = self.snapshot();
-            if truncating.is_empty() && fetching.is_empty() && next_wake.is_none() {
-                // No partitions left: stop, unless one was added meanwhile.
-                let mut fetchers = self.manager.fetchers.lock();
-                if self.fetcher.partitions.lock().is_empty() {
-                    fetchers.remove(&self.key);
-                    break;
+            let wants = self.poll();
+            if wants.asks.is_empty() && wants.fetches.is_empty() {
+                if wants.next_wake.is_none() {
+                    // No partitions left: stop, unless one was added meanwhile.
+                    let mut fetchers = self.manager.fetchers.lock();
+                    if self.fetcher.partitions.lock().is_empty() {
+                        fetchers.remove(&self.key);
+                        break;
+                    }
                 }
-                continue;
-            }
-            if truncating.is_empty() && fetching.is_empty() {
-                self.idle_until(next_wake).await;
+                // Paused or fenced partitions only (or one just added: its
+                // notification is already stored).
+                self.idle_until(wants.next_wake).await;
                 continue;
             }
             let Some(conn) = self.connection().await else {
@@ -335,11 +326,13 @@ impl FetcherTask {
                 self.idle_until(Some(backoff)).await;
                 continue;
             };
-            if !truncating.is_empty() {
-                self.truncate(&conn, truncating).await;
+            // Truncation first: a partition fetches only once it agrees with the
+            // leader on where their logs diverge.
+            if !wants.asks.is_empty() {
+                self.truncate(&conn, wants.asks).await;
                 continue;
             }
-            self.fetch(&conn, fetching).await;
+            self.fetch(&conn, wants.fetches).await;
         }
         tracing::debug!(leader, "replica fetcher stopped");
     }
@@ -353,27 +346,55 @@ impl FetcherTask {
         }
     }
 
-    fn snapshot(&self) -> (Vec<Round>, Vec<Round>, Option<Instant>) {
-        let now = Instant::now();
-        let mut truncating = Vec::new();
-        let mut fetching = Vec::new();
-        let mut next_wake: Option<Instant> = None;
-        for (tp, s) in self.fetcher.partitions.lock().iter() {
-            if let Some(until) = s.backoff_until.filter(|u| *u > now) {
-                next_wake = Some(next_wake.map_or(until, |w| w.min(until)));
-                continue;
-            }
-            let r = Round {
+    /// Asks every partition's machine what it needs now.
+    fn poll(&self) -> Wants {
+        let rounds: Vec<Round> = self
+            .fetcher
+            .partitions
+            .lock()
+            .iter()
+            .map(|(tp, s)| Round {
                 tp: tp.clone(),
                 partition: s.partition.clone(),
-                leader_epoch: s.leader_epoch,
+                leader_epoch: s.machine.leader_epoch(),
+            })
+            .collect();
+        let replica_fetch_max_bytes = self.config().replica_fetch_max_bytes as i32;
+        let mut wants = Wants::default();
+        for r in rounds {
+            // Read outside the fetcher's lock: no log lock is taken under it.
+            let (log_end_offset, latest_epoch, log_start_offset) =
+                r.partition.follower_fetch_position();
+            let log = LogPosition {
+                log_end_offset,
+                latest_epoch,
+                log_start_offset,
             };
-            match s.phase {
-                Phase::Truncating => truncating.push(r),
-                Phase::Fetching => fetching.push(r),
+            match self.step(&r, Event::Poll(log)) {
+                Some(Effect::AskEpochEnd { epoch }) => wants.asks.push((r, epoch)),
+                Some(Effect::Fetch {
+                    offset,
+                    last_fetched_epoch,
+                    log_start_offset,
+                }) => {
+                    let p = pb::FetchPartition {
+                        partition: r.tp.partition,
+                        current_leader_epoch: Some(r.leader_epoch),
+                        fetch_offset: offset,
+                        last_fetched_epoch,
+                        log_start_offset,
+                        partition_max_bytes: replica_fetch_max_bytes,
+                    };
+                    wants.fetches.push((r, p));
+                }
+                Some(Effect::PauseUntil(until)) => {
+                    wants.next_wake = Some(wants.next_wake.map_or(until, |w| w.min(until)));
+                }
+                Some(other) => debug_assert_eq!(other, Effect::None, "poll of {}", r.tp),
+                None => {}
             }
         }
-        (truncating, fetching, next_wake)
+        wants
     }
 
     async fn connection(&mut self) -> Option<Connection> {
@@ -408,48 +429,138 @@ impl FetcherTask {
         }
     }
 
-    /// Updates one partition's state if it is still the one this round was for.
-    fn update(&self, r: &Round, f: impl FnOnce(&mut FetchState)) {
-        if let Some(s) = self.fetcher.partitions.lock().get_mut(&r.tp) {
-            if Arc::ptr_eq(&s.partition, &r.partition) && s.leader_epoch == r.leader_epoch {
-                f(s);
+    /// Feeds one event to the partition's machine, if the machine is still the one
+    /// this round was for (not removed, nor replaced for another leader epoch while
+    /// the round was in flight); `None` otherwise.
+    fn step(&self, r: &Round, event: Event) -> Option<Effect> {
+        let mut partitions = self.fetcher.partitions.lock();
+        let s = partitions.get_mut(&r.tp)?;
+        if !Arc::ptr_eq(&s.partition, &r.partition) || s.machine.leader_epoch() != r.leader_epoch {
+            return None;
+        }
+        Some(s.machine.on_event(event, Instant::now()))
+    }
+
+    /// Executes the effects an event leads to, feeding each outcome back, until the
+    /// machine has nothing more to do in this round. `data` is the partition's part
+    /// of the fetch response the event came from, if any.
+    async fn drive(
+        &mut self,
+        conn: &Connection,
+        r: &Round,
+        event: Event,
+        data: Option<&pb::PartitionData>,
+    ) {
+        let mut next = self.step(r, event);
+        while let Some(effect) = next {
+            let event = match effect {
+                Effect::None | Effect::PauseUntil(_) => return,
+                Effect::Append => {
+                    let Some(data) = data else {
+                        debug_assert!(false, "append without a fetch response");
+                        return;
+                    };
+                    let result = r.partition.append_as_follower(
+                        &data.records,
+                        data.high_watermark,
+                        r.leader_epoch,
+                        wall_clock_ms(),
+                    );
+                    match result {
+                        Ok(_) => {
+                            if let Some(tell) = self.manager.on_append.get() {
+                                (tell.0)(&r.tp);
+                            }
+                        }
+                        Err(code) => {
+                            tracing::warn!(partition = %r.tp, error = %code, "follower append failed");
+                        }
+                    }
+                    Event::Appended {
+                        result,
+                        leader_high_watermark: data.high_watermark,
+                    }
+                }
+                Effect::TruncateTo {
+                    offset,
+                    leader,
+                    cause,
+                } => Event::Truncated(self.truncate_to(r, offset, leader, cause)),
+                Effect::TruncateFullyAndStartAt { offset } => Event::Truncated(
+                    r.partition
+                        .truncate_fully_and_start_at(offset, r.leader_epoch)
+                        .inspect_err(|code| {
+                            tracing::debug!(partition = %r.tp, error = %code, "truncation refused");
+                        }),
+                ),
+                Effect::AskLogStart => match self.leader_log_start(conn, r).await {
+                    Some(leader_log_start) => Event::LogStart {
+                        leader_log_start,
+                        log_end_offset: r.partition.follower_fetch_position().0,
+                    },
+                    None => Event::Failed(ErrorCode::NetworkException),
+                },
+                Effect::AskEpochEnd { .. } | Effect::Fetch { .. } => {
+                    debug_assert!(false, "{effect:?} outside a poll");
+                    return;
+                }
+            };
+            next = self.step(r, event);
+        }
+    }
+
+    /// Truncates as the leader's answer (or a fetch's diverging epoch) requires,
+    /// and logs the truncation with its reason.
+    fn truncate_to(
+        &self,
+        r: &Round,
+        offset: i64,
+        leader: EpochEndOffset,
+        cause: TruncationCause,
+    ) -> Result<(), ErrorCode> {
+        let p = &r.partition;
+        let (leo, _, _) = p.follower_fetch_position();
+        match p.truncate_to(offset, r.leader_epoch) {
+            Ok(new_leo) => {
+                if new_leo < leo {
+                    // The one event per truncation (the partition logs it at debug).
+                    let (reason, asked_epoch) = match cause {
+                        TruncationCause::OffsetsForLeaderEpoch { asked_epoch } => {
+                            ("OffsetsForLeaderEpoch", Some(asked_epoch))
+                        }
+                        TruncationCause::DivergingEpoch => {
+                            ("diverging epoch in a fetch response", None)
+                        }
+                    };
+                    tracing::info!(
+                        topic = %r.tp.topic, partition = r.tp.partition, reason, asked_epoch = ?asked_epoch,
+                        leader = self.fetcher.leader_id, leader_epoch = leader.epoch,
+                        leader_end_offset = leader.end_offset, high_watermark = p.high_watermark(),
+                        from = leo, to = new_leo, truncated_offsets = leo - new_leo, "truncation"
+                    );
+                }
+                Ok(())
+            }
+            Err(code) => {
+                tracing::debug!(partition = %r.tp, error = %code, "truncation refused");
+                Err(code)
             }
         }
     }
 
-    /// Pauses a partition after a failed round. The pause starts short and
-    /// doubles up to `replica_fetch_backoff_ms`: the usual failures clear within
-    /// milliseconds (a new leader that has not yet applied the LeaderAndIsr making
-    /// it leader answers `UNKNOWN_TOPIC_OR_PARTITION`, `NOT_LEADER_OR_FOLLOWER` or
-    /// `UNKNOWN_LEADER_EPOCH`), and a whole second's pause there would hold every
-    /// `acks=all` produce to the partition for that second.
-    fn back_off(&self, r: &Round) {
-        let max = self.config().replica_fetch_backoff_ms;
-        self.update(r, |s| {
-            s.backoff_until = Some(Instant::now() + retry_delay(s.failures, max));
-            s.failures = s.failures.saturating_add(1);
-        });
-    }
-
-    /// A round for the partition succeeded: the next failure pauses briefly again.
-    fn succeeded(&self, r: &Round) {
-        self.update(r, |s| s.failures = 0);
+    /// This replica's log as the truncation decision needs it, for the epoch the
+    /// leader answered with.
+    fn local_log(r: &Round, leader: EpochEndOffset) -> LocalLog {
+        let p = &r.partition;
+        LocalLog {
+            log_end_offset: p.follower_fetch_position().0,
+            high_watermark: p.high_watermark(),
+            epoch_end: p.local_end_offset_for_epoch(leader.epoch),
+        }
     }
 
     /// One round of epoch-based truncation for the partitions that need it.
-    async fn truncate(&mut self, conn: &Connection, rounds: Vec<Round>) {
-        let mut asks = Vec::new();
-        for r in rounds {
-            let (_, latest_epoch, _) = r.partition.follower_fetch_position();
-            match latest_epoch {
-                // Nothing written under any epoch: nothing to truncate.
-                None => self.update(&r, |s| s.phase = Phase::Fetching),
-                Some(epoch) => asks.push((r, epoch)),
-            }
-        }
-        if asks.is_empty() {
-            return;
-        }
+    async fn truncate(&mut self, conn: &Connection, asks: Vec<(Round, i32)>) {
         let mut by_topic: HashMap<Arc<str>, Vec<pb::OffsetForLeaderPartition>> = HashMap::new();
         for (r, epoch) in &asks {
             by_topic
@@ -483,7 +594,8 @@ impl FetcherTask {
             _ => {
                 self.manager.metrics.fetcher_failure(self.fetcher.leader_id);
                 for (r, _) in &asks {
-                    self.back_off(r);
+                    self.drive(conn, r, Event::Failed(ErrorCode::NetworkException), None)
+                        .await;
                 }
                 return;
             }
@@ -495,60 +607,27 @@ impl FetcherTask {
             }
         }
         for (r, asked_epoch) in asks {
-            let Some(a) = answers.remove(&(r.tp.topic.to_string(), r.tp.partition)) else {
-                self.back_off(&r);
-                continue;
+            let event = match answers.remove(&(r.tp.topic.to_string(), r.tp.partition)) {
+                None => Event::Failed(ErrorCode::NetworkException),
+                Some(a) => match ErrorCode::from_wire(a.error_code) {
+                    ErrorCode::None => {
+                        let leader = EpochEndOffset {
+                            epoch: a.leader_epoch,
+                            end_offset: a.end_offset,
+                        };
+                        Event::EpochEnd {
+                            asked_epoch,
+                            leader,
+                            local: Self::local_log(&r, leader),
+                        }
+                    }
+                    code => {
+                        tracing::debug!(partition = %r.tp, error = %code, "OffsetsForLeaderEpoch failed");
+                        Event::Failed(code)
+                    }
+                },
             };
-            let code = ErrorCode::from_wire(a.error_code);
-            if code != ErrorCode::None {
-                tracing::debug!(partition = %r.tp, error = %code, "OffsetsForLeaderEpoch failed");
-                self.back_off(&r);
-                continue;
-            }
-            let leader_end = LeaderEpochEnd {
-                epoch: a.leader_epoch,
-                end_offset: a.end_offset,
-            };
-            self.succeeded(&r);
-            self.apply_truncation(&r, leader_end, Some(asked_epoch));
-        }
-    }
-
-    /// Truncates as the leader's answer (or a fetch's diverging epoch) requires.
-    fn apply_truncation(&self, r: &Round, leader_end: LeaderEpochEnd, asked_epoch: Option<i32>) {
-        let p = &r.partition;
-        let (leo, _, _) = p.follower_fetch_position();
-        let decision = decide(leader_end, leo, p.high_watermark(), |e| {
-            p.local_end_offset_for_epoch(e)
-                .map(|e| (e.epoch, e.end_offset))
-        });
-        match p.truncate_to(decision.offset, r.leader_epoch) {
-            Ok(new_leo) => {
-                if new_leo < leo {
-                    // The one event per truncation (the partition logs it at debug).
-                    let reason = if asked_epoch.is_some() {
-                        "OffsetsForLeaderEpoch"
-                    } else {
-                        "diverging epoch in a fetch response"
-                    };
-                    tracing::info!(
-                        topic = %r.tp.topic, partition = r.tp.partition, reason, asked_epoch = ?asked_epoch,
-                        leader = self.fetcher.leader_id, leader_epoch = leader_end.epoch,
-                        leader_end_offset = leader_end.end_offset, high_watermark = p.high_watermark(),
-                        from = leo, to = new_leo, truncated_offsets = leo - new_leo, "truncation"
-                    );
-                }
-                let phase = if decision.complete {
-                    Phase::Fetching
-                } else {
-                    Phase::Truncating
-                };
-                self.update(r, |s| s.phase = phase);
-            }
-            Err(code) => {
-                tracing::debug!(partition = %r.tp, error = %code, "truncation refused");
-                self.back_off(r);
-            }
+            self.drive(conn, &r, event, None).await;
         }
     }
 
@@ -578,25 +657,12 @@ impl FetcherTask {
         }
     }
 
-    async fn fetch(&mut self, conn: &Connection, rounds: Vec<Round>) {
+    async fn fetch(&mut self, conn: &Connection, fetches: Vec<(Round, pb::FetchPartition)>) {
         let config = self.manager.config.clone();
-        let mut wanted = HashMap::with_capacity(rounds.len());
-        let mut offsets = HashMap::new();
-        for r in &rounds {
-            let (leo, latest_epoch, log_start) = r.partition.follower_fetch_position();
-            offsets.insert(r.tp.clone(), leo);
-            wanted.insert(
-                r.tp.clone(),
-                pb::FetchPartition {
-                    partition: r.tp.partition,
-                    current_leader_epoch: Some(r.leader_epoch),
-                    fetch_offset: leo,
-                    last_fetched_epoch: latest_epoch.filter(|_| config.truncates_by_leader_epoch()),
-                    log_start_offset: log_start,
-                    partition_max_bytes: config.replica_fetch_max_bytes as i32,
-                },
-            );
-        }
+        let wanted = fetches
+            .iter()
+            .map(|(r, p)| (r.tp.clone(), *p))
+            .collect::<HashMap<_, _>>();
         let (session_id, session_epoch, topics, forgotten) = self.session.build(wanted);
         let req = pb::FetchRequest {
             replica_id: config.node_id,
@@ -613,35 +679,32 @@ impl FetcherTask {
         };
         self.manager.metrics.fetcher_request(self.fetcher.leader_id);
         let wait = Duration::from_millis(config.replica_fetch_wait_max_ms);
-        let response = match self
+        let failure = match self
             .send(conn, pb::request::Body::Fetch(req), wait + REQUEST_TIMEOUT)
             .await
         {
-            Some(pb::response::Body::Fetch(r)) => r,
-            _ => {
-                self.manager.metrics.fetcher_failure(self.fetcher.leader_id);
-                self.session.reset();
-                for r in &rounds {
-                    self.back_off(r);
-                }
+            Some(pb::response::Body::Fetch(r)) if r.error_code == ErrorCode::None as i32 => {
+                self.on_fetch_response(conn, fetches, r).await;
                 return;
             }
+            Some(pb::response::Body::Fetch(r)) => ErrorCode::from_wire(r.error_code),
+            _ => ErrorCode::NetworkException,
         };
-        if response.error_code != ErrorCode::None as i32 {
-            self.manager.metrics.fetcher_failure(self.fetcher.leader_id);
-            // A lost or expired session: the next fetch starts a new one at once.
-            let session_error = matches!(
-                ErrorCode::from_wire(response.error_code),
-                ErrorCode::FetchSessionIdNotFound | ErrorCode::InvalidFetchSessionEpoch
-            );
-            self.session.reset();
-            if !session_error {
-                for r in &rounds {
-                    self.back_off(r);
-                }
-            }
-            return;
+        self.manager.metrics.fetcher_failure(self.fetcher.leader_id);
+        // Whatever went wrong, the next fetch is a full one; the machines decide
+        // whether it waits.
+        self.session.reset();
+        for (r, _) in &fetches {
+            self.drive(conn, r, Event::Failed(failure), None).await;
         }
+    }
+
+    async fn on_fetch_response(
+        &mut self,
+        conn: &Connection,
+        fetches: Vec<(Round, pb::FetchPartition)>,
+        response: pb::FetchResponse,
+    ) {
         self.session.on_response(response.session_id);
         let mut by_tp: HashMap<(String, i32), pb::PartitionData> = HashMap::new();
         for t in response.responses {
@@ -649,75 +712,38 @@ impl FetcherTask {
                 by_tp.insert((t.topic.clone(), p.partition), p);
             }
         }
-        let now_ms = now_ms();
-        for r in rounds {
+        for (r, sent) in fetches {
+            // Left out of an incremental response: nothing new for it.
             let Some(data) = by_tp.remove(&(r.tp.topic.to_string(), r.tp.partition)) else {
                 continue;
             };
-            let fetch_offset = offsets[&r.tp];
-            self.handle_partition(conn, &r, data, fetch_offset, now_ms)
+            let answer = match ErrorCode::from_wire(data.error_code) {
+                ErrorCode::None => match data.diverging_epoch {
+                    Some(d) => {
+                        let leader = EpochEndOffset {
+                            epoch: d.epoch,
+                            end_offset: d.end_offset,
+                        };
+                        FetchAnswer::DivergingEpoch {
+                            leader,
+                            local: Self::local_log(&r, leader),
+                        }
+                    }
+                    None => FetchAnswer::Records,
+                },
+                code => {
+                    tracing::debug!(partition = %r.tp, fetch_offset = sent.fetch_offset, error = %code, "fetch error");
+                    FetchAnswer::Error(code)
+                }
+            };
+            self.drive(conn, &r, Event::Fetched(answer), Some(&data))
                 .await;
         }
     }
 
-    async fn handle_partition(
-        &mut self,
-        conn: &Connection,
-        r: &Round,
-        data: pb::PartitionData,
-        fetch_offset: i64,
-        now_ms: i64,
-    ) {
-        // Removed or re-added with another epoch while the fetch was in flight.
-        let current = self.fetcher.partitions.lock().get(&r.tp).is_some_and(|s| {
-            Arc::ptr_eq(&s.partition, &r.partition) && s.leader_epoch == r.leader_epoch
-        });
-        if !current {
-            return;
-        }
-        match ErrorCode::from_wire(data.error_code) {
-            ErrorCode::None => {
-                if let Some(d) = data.diverging_epoch {
-                    let end = LeaderEpochEnd {
-                        epoch: d.epoch,
-                        end_offset: d.end_offset,
-                    };
-                    self.apply_truncation(r, end, None);
-                    return;
-                }
-                match r.partition.append_as_follower(
-                    &data.records,
-                    data.high_watermark,
-                    r.leader_epoch,
-                    now_ms,
-                ) {
-                    Ok(leo) => {
-                        let lag = (data.high_watermark - leo).max(0);
-                        self.update(r, |s| {
-                            s.lag = lag;
-                            s.failures = 0;
-                        });
-                        if let Some(tell) = self.manager.on_append.get() {
-                            (tell.0)(&r.tp);
-                        }
-                    }
-                    Err(code) => {
-                        tracing::warn!(partition = %r.tp, fetch_offset, error = %code, "follower append failed");
-                        self.back_off(r);
-                    }
-                }
-            }
-            ErrorCode::OffsetOutOfRange => self.handle_out_of_range(conn, r).await,
-            code => {
-                tracing::debug!(partition = %r.tp, error = %code, "fetch error");
-                self.back_off(r);
-            }
-        }
-    }
-
-    /// Our fetch offset is outside the leader's log: either below its log start
-    /// (retention moved on: start over there) or above its end (truncate by epoch).
-    async fn handle_out_of_range(&mut self, conn: &Connection, r: &Round) {
+    /// Where the leader's log starts (ListOffsets EARLIEST), after our fetch
+    /// offset was out of its range.
+    async fn leader_log_start(&mut self, conn: &Connection, r: &Round) -> Option<i64> {
         let req = pb::ListOffsetsRequest {
             replica_id: self.config().node_id,
             isolation_level: 0,
@@ -730,7 +756,7 @@ impl FetcherTask {
                 }],
             }],
         };
-        let earliest = match self
+        match self
             .send(conn, pb::request::Body::ListOffsets(req), REQUEST_TIMEOUT)
             .await
         {
@@ -741,53 +767,13 @@ impl FetcherTask {
                 .find(|p| p.error_code == 0)
                 .map(|p| p.offset),
             _ => None,
-        };
-        let Some(earliest) = earliest else {
-            self.back_off(r);
-            return;
-        };
-        let (leo, _, _) = r.partition.follower_fetch_position();
-        if leo < earliest {
-            if r.partition
-                .truncate_fully_and_start_at(earliest, r.leader_epoch)
-                .is_err()
-            {
-                self.back_off(r);
-            }
-        } else {
-            self.update(r, |s| s.phase = Phase::Truncating);
         }
     }
-}
-
-/// The first pause after a failed round; each further failure in a row doubles it.
-const FIRST_RETRY_DELAY: Duration = Duration::from_millis(10);
-
-/// The pause after `failures` earlier failures in a row, at most `max_ms`.
-fn retry_delay(failures: u32, max_ms: u64) -> Duration {
-    FIRST_RETRY_DELAY
-        .saturating_mul(1 << failures.min(31))
-        .min(Duration::from_millis(max_ms))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn retry_delay_starts_short_and_doubles_up_to_the_configured_backoff() {
-        let ms = |failures| retry_delay(failures, 1000).as_millis();
-        assert_eq!(
-            (0..9).map(ms).collect::<Vec<_>>(),
-            vec![10, 20, 40, 80, 160, 320, 640, 1000, 1000]
-        );
-        // No overflow however long the failures last.
-        assert_eq!(ms(31), 1000);
-        assert_eq!(ms(u32::MAX), 1000);
-        // A backoff below the first pause caps it.
-        assert_eq!(retry_delay(0, 0), Duration::ZERO);
-        assert_eq!(retry_delay(3, 5), Duration::from_millis(5));
-    }
 
     fn p(partition: i32, offset: i64) -> (TopicPartition, pb::FetchPartition) {
         (

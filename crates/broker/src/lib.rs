@@ -7,26 +7,35 @@
 //!
 //! # Layout
 //!
-//! - [`config`]: the TOML configuration (Kafka's names and defaults).
-//! - `broker`: the parts of a broker, request dispatch, start and shutdown.
-//! - `server`: connections, framing, responders; [`net`]: the network seam.
-//! - `replica_manager`: the hosted partitions and the data-plane requests.
-//! - [`partition`]: one replica. Its rules are pure and table-tested:
-//!   [`partition::core`] (`PartitionCore`: roles and epochs from LeaderAndIsr,
-//!   acks=all completion, fencing, the one high watermark, the follower's HW, the
-//!   divergence check, shrink pacing, AlterPartition answers; every event returns
-//!   `Effects`), [`partition::leader_state`] (follower LEOs, `lastCaughtUpTime`,
-//!   ISR shrink/expand proposals) and [`partition::truncation`] (where a follower
-//!   truncates). [`partition::Partition`] is the shell around the log that runs
-//!   the core and executes its effects on the log; the replica manager executes
-//!   the rest (purgatory wake-ups, AlterPartition, fetchers).
+//! Every replication rule is a pure machine (events and `now` in, decisions out,
+//! table-tested); the other modules are the I/O shells that execute them.
+//!
+//! - [`partition`]: one replica. [`partition::core`] (`PartitionCore`: roles and
+//!   epochs from LeaderAndIsr, acks=all completion, fencing, the one high
+//!   watermark, the follower's HW, the divergence check, shrink pacing,
+//!   AlterPartition answers; every event returns `Effects`),
+//!   [`partition::leader_state`] (follower LEOs, `lastCaughtUpTime`, ISR
+//!   shrink/expand proposals) and [`partition::truncation`] (where a follower
+//!   truncates) are the rules; [`partition::Partition`] is the shell around the log
+//!   that runs the core and executes its effects on the log.
+//! - `replica_manager`: the hosted partitions and the data-plane requests; it
+//!   executes the rest of a partition's effects (purgatory wake-ups,
+//!   AlterPartition, fetchers) and holds the answer-now-or-park rule of fetches.
 //! - `delayed`: DelayedFetch and DelayedProduce, waiting in purgatories.
-//! - `fetcher`: replica fetchers (follower side of replication).
-//! - `controller_host`: the controller role's I/O shell; `controller_client`:
-//!   registration, heartbeats and AlterPartition from the broker side.
+//! - `follower`: the pure machine of one followed partition's fetch phases
+//!   (truncating, fetching, backing off, fenced); `fetcher`: the replica fetcher
+//!   tasks that execute it.
+//! - `lifecycle`: the pure machine of the broker's standing with the controller
+//!   (registering, fenced, unfenced, shutting down); `controller_client`: its
+//!   shell, with heartbeats and the AlterPartition sender.
+//! - `controller_host`: the controller role's I/O shell (the rules are in
+//!   `syncline-controller`).
+//! - [`config`]: the TOML configuration (Kafka's names and defaults);
+//!   [`topic_config`]: a topic's effective settings.
+//! - `broker`: the parts of a broker, request dispatch, start and shutdown;
+//!   `server`: connections, framing, responders; [`net`]: the network seam.
 //! - `metadata_cache`: the cluster as this broker knows it.
 //! - [`metrics`], `http`: Prometheus metrics and their endpoint.
-//! - [`topic_config`]: a topic's effective settings.
 
 mod broker;
 pub mod config;
@@ -35,7 +44,9 @@ mod controller_host;
 mod delayed;
 mod fetch_session;
 mod fetcher;
+mod follower;
 mod http;
+mod lifecycle;
 mod metadata_cache;
 pub mod metrics;
 pub mod net;
@@ -46,5 +57,5 @@ pub mod topic_config;
 
 pub use broker::{start, start_on, Broker, BrokerHandle};
 pub use config::BrokerConfig;
-pub use controller_client::BrokerStatus;
+pub use lifecycle::BrokerStatus;
 pub use replica_manager::ReplicaManager;
