@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
-use syncline_client::{Admin, ClientConfig, ClusterDescription};
+use syncline_client::{Admin, ClientConfig, ClientError, ClusterDescription};
 use tokio::time::Instant;
 
 use crate::errors::{explain, Ctx};
@@ -172,17 +172,22 @@ async fn probe(address: &str) -> Probe {
         bootstrap: address,
         topic: None,
     };
+    // The generic timeout message speaks of "the cluster"; this is one broker.
+    let why = |e: &ClientError| match e {
+        ClientError::Timeout(_) => silent(address),
+        other => explain(other, ctx),
+    };
     let asked = async {
-        let admin = Admin::new(config(address, PROBE_TIMEOUT))
-            .map_err(|e| Probe::NoAnswer(explain(&e, ctx)))?;
+        let admin =
+            Admin::new(config(address, PROBE_TIMEOUT)).map_err(|e| Probe::NoAnswer(why(&e)))?;
         let view = admin
             .describe_cluster()
             .await
-            .map_err(|e| Probe::NoAnswer(explain(&e, ctx)))?;
+            .map_err(|e| Probe::NoAnswer(why(&e)))?;
         admin
             .list_topics()
             .await
-            .map_err(|e| Probe::NoMetadata(explain(&e, ctx)))?;
+            .map_err(|e| Probe::NoMetadata(why(&e)))?;
         let mut unfenced_seen: Vec<i32> = view
             .brokers
             .iter()
@@ -194,11 +199,15 @@ async fn probe(address: &str) -> Probe {
     };
     match tokio::time::timeout(PROBE_TIMEOUT, asked).await {
         Ok(Ok(p) | Err(p)) => p,
-        Err(_) => Probe::NoAnswer(format!(
-            "no answer from {address} within {} ms (is it paused or overloaded?)",
-            PROBE_TIMEOUT.as_millis()
-        )),
+        Err(_) => Probe::NoAnswer(silent(address)),
     }
+}
+
+fn silent(address: &str) -> String {
+    format!(
+        "no answer from {address} within {} ms (is it paused or overloaded?)",
+        PROBE_TIMEOUT.as_millis()
+    )
 }
 
 /// One look at the cluster.
