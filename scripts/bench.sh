@@ -24,6 +24,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$PWD"
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 
 mode=full
 keep=0
@@ -31,7 +33,7 @@ for arg in "$@"; do
     case "$arg" in
         --smoke) mode=smoke ;;
         --keep) keep=1 ;;
-        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+        -h|--help) usage_from_header "$0"; exit 0 ;;
         *) echo "error: unknown argument $arg (expected --smoke, --keep or --help)" >&2; exit 2 ;;
     esac
 done
@@ -50,7 +52,7 @@ fi
 producer_props="linger.ms=5 batch.size=131072 ${BENCH_PRODUCER_PROPS:-}"
 
 command -v python3 >/dev/null || {
-    echo "error: python3 is needed (ports, JSON, the report): install it (apt-get install python3)" >&2
+    echo "error: python3 is needed (figures, the report): install it (apt-get install python3)" >&2
     exit 1
 }
 
@@ -91,11 +93,7 @@ cleanup() {
         kill -TERM "$pid" 2>/dev/null || true
     done
     for pid in "${pids[@]}"; do
-        for _ in $(seq 50); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$pid" 2>/dev/null || true
+        wait_gone "$pid" 5 || kill -KILL "$pid" 2>/dev/null || true
         wait "$pid" 2>/dev/null || true
     done
     if [ "$keep" = 1 ]; then
@@ -108,15 +106,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
 echo "==> starting three brokers in $work"
-ports=()
-for id in 1 2 3; do
-    ports+=("$(free_port)")
-done
+mapfile -t ports < <(free_ports 6)
 bootstrap="127.0.0.1:${ports[0]},127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}"
 for id in 1 2 3; do
     roles=broker
@@ -127,7 +118,7 @@ listeners = "127.0.0.1:${ports[$((id - 1))]}"
 log_dirs = "$work/data-$id"
 process_roles = "$roles"
 controller_quorum_voters = "1@127.0.0.1:${ports[0]}"
-metrics_listen = "127.0.0.1:$(free_port)"
+metrics_listen = "127.0.0.1:${ports[$((id + 2))]}"
 EOF
     RUST_LOG=warn "$bin/synclined" --config "$work/broker-$id.toml" > "$work/broker-$id.log" 2>&1 &
     pids+=("$!")
@@ -137,23 +128,24 @@ syncline() {
     "$bin/syncline" --bootstrap-server "$bootstrap" "$@"
 }
 
-# Poll (not sleep) until every broker is registered and unfenced.
-deadline=$((SECONDS + 60))
-until syncline cluster describe --json 2>/dev/null \
-        | python3 -c 'import json,sys; b=json.load(sys.stdin)["brokers"]; sys.exit(0 if sum(not x["fenced"] for x in b) == 3 else 1)' 2>/dev/null; do
+SYNCLINE="$bin/syncline"
+# False, with the broker's log, if one has exited during start-up.
+brokers_alive() {
+    local i
     for i in 0 1 2; do
         if ! kill -0 "${pids[$i]}" 2>/dev/null; then
             echo "error: broker $((i + 1)) exited during start-up; its log:" >&2
             tail -20 "$work/broker-$((i + 1)).log" >&2
-            exit 1
+            return 1
         fi
     done
-    if [ "$SECONDS" -ge "$deadline" ]; then
-        echo "error: the brokers did not all register within 60 s; see $work/broker-*.log (run with --keep)" >&2
-        exit 1
-    fi
-    sleep 0.2
-done
+}
+ready=0
+wait_cluster_ready 60 3 "$bootstrap" brokers_alive || ready=$?
+if [ "$ready" -eq 1 ]; then
+    echo "error: $NOT_READY_REASON; see $work/broker-*.log (run with --keep)" >&2
+fi
+[ "$ready" -eq 0 ] || exit 1
 
 create_topic() { # name rf partitions
     syncline topic create "$1" --replication-factor "$2" --partitions "$3" \

@@ -21,6 +21,8 @@
 # binaries in target/release as they are; RUST_LOG sets the brokers' log level.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 
 BROKERS=(1 2 3)
 LOG_DIR=data/logs
@@ -28,27 +30,15 @@ RUN_DIR=data/run
 BIN_DIR=target/release
 UP_TIMEOUT_S=${SYNCLINE_UP_TIMEOUT_S:-60}
 STOP_GRACE_S=${SYNCLINE_STOP_GRACE_S:-20}
-# One CLI call never hangs the script (e.g. on a broker paused with SIGSTOP).
+SYNCLINE=$BIN_DIR/syncline
 CLI_TIMEOUT_S=5
-
-die() {
-    echo "cluster.sh: error: $*" >&2
-    exit 1
-}
-
-usage() {
-    sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
-}
 
 config_file() { echo "config/broker-$1.toml"; }
 log_file() { echo "$LOG_DIR/broker-$1.log"; }
 pid_file() { echo "$RUN_DIR/broker-$1.pid"; }
 
 # The quoted value of `key` in broker N's config.
-config_value() {
-    local n=$1 key=$2
-    sed -n "s/^[[:space:]]*${key}[[:space:]]*=[[:space:]]*\"\(.*\)\".*/\1/p" "$(config_file "$n")" | head -n 1
-}
+config_value() { toml_value "$(config_file "$1")" "$2"; }
 
 # host:port a client uses for broker N: its first advertised listener (or its
 # listener), without a Kafka-style NAME:// prefix.
@@ -63,12 +53,6 @@ client_address() {
 metrics_address() { config_value "$1" metrics_listen; }
 
 is_controller_in_config() { [[ "$(config_value "$1" process_roles)" == *controller* ]]; }
-
-# True when something accepts TCP connections on host:port.
-port_answers() {
-    local host=${1%:*} port=${1##*:}
-    (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null
-}
 
 # PID of broker N if the process in its pid file is alive and is synclined.
 broker_pid() {
@@ -85,53 +69,12 @@ broker_pid() {
     echo "$pid"
 }
 
-# running | paused | zombie (from /proc where it exists).
-process_state() {
-    local pid=$1 state=""
-    if [ -r "/proc/$pid/stat" ]; then
-        state=$(sed 's/^.*) \(.\).*/\1/' "/proc/$pid/stat" 2>/dev/null) || state=""
-    fi
-    case "$state" in
-    T | t) echo paused ;;
-    Z) echo zombie ;;
-    *) echo running ;;
-    esac
-}
-
-syncline_cli() { timeout "$CLI_TIMEOUT_S" "$BIN_DIR/syncline" "$@"; }
-
-# Reads `syncline cluster describe --json` on stdin; prints the ids of the
-# unfenced brokers, space-separated, ascending.
-unfenced_ids() {
-    awk '
-        /"id":/      { v = $2; gsub(/[^0-9]/, "", v); id = v }
-        /"fenced":/  { fenced = ($2 ~ /true/) }
-        /^[[:space:]]*}/ { if (id != "" && !fenced) print id; id = ""; fenced = 0 }
-    ' | sort -n | tr '\n' ' ' | sed 's/ $//'
-}
-
-# Reads `syncline cluster describe --json` on stdin; prints the controller id.
-controller_id() {
-    sed -n 's/^[[:space:]]*"controller_id":[[:space:]]*\([0-9][0-9]*\).*/\1/p' | head -n 1
-}
-
 log_tail() {
     local n=$1 file
     file=$(log_file "$n")
     echo "---- last 20 lines of $file ----" >&2
     tail -n 20 "$file" >&2 2>/dev/null || echo "(no log)" >&2
     echo "----" >&2
-}
-
-build() {
-    if [ "${SYNCLINE_NO_BUILD:-0}" = 1 ]; then
-        echo "==> SYNCLINE_NO_BUILD=1: using $BIN_DIR as it is"
-        return
-    fi
-    command -v cargo >/dev/null ||
-        die "cargo not found: install the Rust toolchain (rustup) and run this again"
-    echo "==> cargo build --release --bins"
-    cargo build --release --bins
 }
 
 # ---------------------------------------------------------------- up
@@ -178,70 +121,46 @@ start_broker() {
     echo "started broker $n (pid $pid, $address, metrics $metrics, log $log)"
 }
 
-# Prints why broker N is not ready yet, or nothing when it is: it answers
-# DescribeCluster and Metadata and sees all brokers registered and unfenced.
-not_ready_reason() {
-    local n=$1 address out want seen
-    address=$(client_address "$n")
-    want="${BROKERS[*]}"
-    if ! out=$(syncline_cli --bootstrap-server "$address" cluster describe --json 2>&1); then
-        echo "does not answer on $address: $(echo "$out" | tail -n 1)"
-        return
-    fi
-    seen=$(echo "$out" | unfenced_ids)
-    if [ "$seen" != "$want" ]; then
-        echo "sees registered and unfenced brokers [${seen:-none}], waiting for [$want]"
-        return
-    fi
-    if ! out=$(syncline_cli --bootstrap-server "$address" topic list 2>&1); then
-        echo "does not answer Metadata on $address: $(echo "$out" | tail -n 1)"
-    fi
+# False, naming the broker and showing the end of its log, if one of those
+# this script runs has exited.
+brokers_alive() {
+    local n
+    for n in "${BROKERS[@]}"; do
+        if ! broker_pid "$n" >/dev/null; then
+            echo "cluster.sh: error: broker $n exited during start-up" >&2
+            log_tail "$n"
+            return 1
+        fi
+    done
 }
 
 wait_ready() {
-    local deadline=$((SECONDS + UP_TIMEOUT_S)) n reason worst worst_reason
+    local addresses=() n blamed status=0
+    for n in "${BROKERS[@]}"; do addresses+=("$(client_address "$n")"); done
     echo "==> waiting (up to ${UP_TIMEOUT_S} s) until every broker is registered, unfenced and answers metadata"
-    while :; do
+    wait_cluster_ready "$UP_TIMEOUT_S" "${#BROKERS[@]}" "$(
+        IFS=,
+        echo "${addresses[*]}"
+    )" brokers_alive || status=$?
+    case "$status" in
+    0) return 0 ;;
+    2) exit 1 ;;
+    esac
+    # The CLI names the broker at fault; when no registered one is (one never
+    # registered), name the first the cluster does not know.
+    blamed=$NOT_READY_BROKER
+    if [ -z "$blamed" ]; then
         for n in "${BROKERS[@]}"; do
-            if ! broker_pid "$n" >/dev/null; then
-                echo "cluster.sh: error: broker $n exited during start-up" >&2
-                log_tail "$n"
-                exit 1
-            fi
-        done
-        worst=""
-        worst_reason=""
-        for n in "${BROKERS[@]}"; do
-            reason=$(not_ready_reason "$n")
-            if [ -n "$reason" ]; then
-                worst=$n
-                worst_reason=$reason
+            if ! cli --bootstrap-server "$(client_address "$n")" cluster describe --broker "$n" --field status >/dev/null 2>&1; then
+                blamed=$n
                 break
             fi
         done
-        [ -n "$worst" ] || return 0
-        if [ "$SECONDS" -ge "$deadline" ]; then
-            # Name the broker that is missing from the cluster rather than the
-            # one that merely reports it missing.
-            local missing
-            missing=$(for m in "${BROKERS[@]}"; do
-                case " $(syncline_cli --bootstrap-server "$(client_address "$worst")" cluster describe --json 2>/dev/null | unfenced_ids) " in
-                *" $m "*) ;;
-                *) echo "$m" ;;
-                esac
-            done | head -n 1)
-            if [[ "$worst_reason" == sees* ]] && [ -n "$missing" ] && [ "$missing" != "$worst" ]; then
-                echo "cluster.sh: error: broker $missing did not register (or stays fenced) within ${UP_TIMEOUT_S} s: broker $worst $worst_reason" >&2
-                log_tail "$missing"
-            else
-                echo "cluster.sh: error: broker $worst is not ready after ${UP_TIMEOUT_S} s: it $worst_reason" >&2
-                log_tail "$worst"
-            fi
-            echo "Raise SYNCLINE_UP_TIMEOUT_S if the machine is just slow." >&2
-            exit 1
-        fi
-        sleep 0.2
-    done
+    fi
+    echo "cluster.sh: error: $NOT_READY_REASON" >&2
+    [ -z "$blamed" ] || log_tail "$blamed"
+    echo "(SYNCLINE_UP_TIMEOUT_S, ${UP_TIMEOUT_S} s, sets the wait.)" >&2
+    exit 1
 }
 
 print_usage_hint() {
@@ -274,7 +193,7 @@ EOF
 }
 
 cmd_up() {
-    build
+    build_bins release
     if [ ! -x "$BIN_DIR/synclined" ] || [ ! -x "$BIN_DIR/syncline" ]; then
         die "$BIN_DIR/synclined or $BIN_DIR/syncline is missing: build them with cargo build --release --bins"
     fi
@@ -326,7 +245,7 @@ stop_brokers() {
     while :; do
         alive=0
         for i in "${!pids[@]}"; do
-            kill -0 "${pids[$i]}" 2>/dev/null && [ "$(process_state "${pids[$i]}")" != zombie ] && alive=1
+            is_alive "${pids[$i]}" && alive=1
         done
         [ "$alive" -eq 1 ] || break
         if [ "$SECONDS" -ge "$deadline" ]; then
@@ -337,13 +256,9 @@ stop_brokers() {
                 fi
             done
             # SIGKILL cannot be caught; the process is gone once the kernel reaps it.
-            local kill_deadline=$((SECONDS + 10))
             for i in "${!pids[@]}"; do
-                while kill -0 "${pids[$i]}" 2>/dev/null && [ "$(process_state "${pids[$i]}")" != zombie ]; do
-                    [ "$SECONDS" -lt "$kill_deadline" ] ||
-                        die "broker ${ids[$i]} (pid ${pids[$i]}) survived SIGKILL for 10 s"
-                    sleep 0.1
-                done
+                wait_gone "${pids[$i]}" 10 ||
+                    die "broker ${ids[$i]} (pid ${pids[$i]}) survived SIGKILL for 10 s"
             done
             break
         fi
@@ -376,48 +291,48 @@ cmd_down() {
 # ---------------------------------------------------------------- status
 
 cmd_status() {
-    local n pid state view="" controller="" unfenced="" all_ok=1
+    local n m pid state via="" controller="" all_ok=1
+    # The cluster as the first broker that answers sees it.
     for n in "${BROKERS[@]}"; do
-        if broker_pid "$n" >/dev/null &&
-            view=$(syncline_cli --bootstrap-server "$(client_address "$n")" cluster describe --json 2>/dev/null); then
-            controller=$(echo "$view" | controller_id)
-            unfenced=$(echo "$view" | unfenced_ids)
+        broker_pid "$n" >/dev/null || continue
+        if controller=$(cli --bootstrap-server "$(client_address "$n")" cluster describe --field controller_id 2>/dev/null); then
+            via=$(client_address "$n")
             break
         fi
-        view=""
     done
+    [ "$controller" != none ] || controller=""
     printf '%-7s %-8s %-8s %-8s %-16s %-16s %-10s %s\n' \
         BROKER PID PROCESS ANSWERS ADDRESS METRICS CLUSTER ROLE
-    for n in "${BROKERS[@]}"; do
+    for m in "${BROKERS[@]}"; do
         local address answers cluster role
-        address=$(client_address "$n")
-        if pid=$(broker_pid "$n"); then
+        address=$(client_address "$m")
+        if pid=$(broker_pid "$m"); then
             state=$(process_state "$pid")
         else
             pid="-"
             state="stopped"
         fi
         answers=no
-        if [ "$state" = running ] && syncline_cli --bootstrap-server "$address" cluster describe >/dev/null 2>&1; then
+        if [ "$state" = running ] && cli --bootstrap-server "$address" cluster describe >/dev/null 2>&1; then
             answers=yes
         fi
-        if [ -z "$view" ]; then
+        if [ -z "$via" ]; then
             cluster="?"
-        elif [[ " $unfenced " == *" $n "* ]]; then
+        elif [ "$(cli --bootstrap-server "$via" cluster describe --broker "$m" --field status 2>/dev/null)" = alive ]; then
             cluster=alive
         else
             cluster=fenced
         fi
         if [ -n "$controller" ]; then
-            if [ "$controller" = "$n" ]; then role="controller,broker"; else role=broker; fi
+            if [ "$controller" = "$m" ]; then role="controller,broker"; else role=broker; fi
         else
-            role="$(config_value "$n" process_roles) (from config)"
+            role="$(config_value "$m" process_roles) (from config)"
         fi
         [ "$state" = running ] && [ "$answers" = yes ] && [ "$cluster" = alive ] || all_ok=0
         printf '%-7s %-8s %-8s %-8s %-16s %-16s %-10s %s\n' \
-            "$n" "$pid" "$state" "$answers" "$address" "$(metrics_address "$n")" "$cluster" "$role"
+            "$m" "$pid" "$state" "$answers" "$address" "$(metrics_address "$m")" "$cluster" "$role"
     done
-    if [ -z "$view" ]; then
+    if [ -z "$via" ]; then
         echo "No broker answers: start the cluster with scripts/cluster.sh up"
     fi
     # Non-zero unless every broker runs, answers and is alive in the cluster.
@@ -455,9 +370,9 @@ logs)
     shift
     cmd_logs "$@"
     ;;
--h | --help | help) usage ;;
+-h | --help | help) usage_from_header "$0" ;;
 *)
-    usage >&2
+    usage_from_header "$0" >&2
     exit 2
     ;;
 esac

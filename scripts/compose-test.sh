@@ -20,6 +20,8 @@
 # with a message naming the step that failed, then the brokers' last log lines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 
 export COMPOSE_PROJECT_NAME=${SYNCLINE_COMPOSE_TEST_PROJECT:-syncline-test}
 # The debug build by default: debug assertions on, and it is the build that
@@ -29,6 +31,7 @@ export SYNCLINE_PROFILE=${SYNCLINE_PROFILE:-debug}
 # Its own image tag (docker-compose.yml): the image of `scripts/compose.sh up` stays.
 export SYNCLINE_IMAGE_TAG=test
 SYNCLINE=target/$SYNCLINE_PROFILE/syncline
+CLI_TIMEOUT_S=30
 # The topics' lag time: a cut-off follower leaves the ISR within 1.5 x this.
 LAG_MS=3000
 WAIT_S=90
@@ -72,56 +75,26 @@ trap 'exit 143' TERM
 
 # ---------------------------------------------------------------- helpers
 
-cli() { timeout 30 "$SYNCLINE" "$@"; }
-
-# One partition's row of `syncline topic describe`:
-# LEADER LEADER_EPOCH REPLICAS ISR HIGH_WATERMARK LOG_END_OFFSET
-partition_row() {
-    cli topic describe "$1" 2>/dev/null | awk -v p="$2" '
-        /^PARTITION +LEADER / { t = 1; next }
-        t && NF == 0 { t = 0 }
-        t && $1 == p { print $2, $3, $4, $5, $6, $7; exit }'
-}
-field() { echo "$1" | cut -d' ' -f"$2"; }
-
-# True when the comma-separated list $1 contains $2.
-has() { [[ ",$1," == *",$2,"* ]]; }
-
-# wait_until WHAT COMMAND...: runs COMMAND every 0.5 s until it succeeds, for
-# at most WAIT_S seconds.
-wait_until() {
+# wait_for WHAT COMMAND...: waits (at most WAIT_S) until COMMAND succeeds.
+wait_for() {
     local what=$1 t0=$SECONDS
     shift
-    local deadline=$((SECONDS + WAIT_S))
-    until "$@"; do
-        [ "$SECONDS" -lt "$deadline" ] || fail "timed out after ${WAIT_S} s waiting until $what"
-        sleep 0.5
-    done
+    wait_until "$WAIT_S" "$@" || fail "timed out after ${WAIT_S} s waiting until $what"
     log "ok: $what (after $((SECONDS - t0)) s)"
 }
 
-metric() { # broker-number name
-    local body
-    # shellcheck disable=SC2016 # the inner script expands its own arguments
-    body=$(timeout 5 bash -c '
-        exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
-        printf "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n" >&3
-        cat <&3' _ "$((9100 + $1))" 2>/dev/null) || true
-    echo "$body" | tr -d '\r' | awk -v m="$2" '$1 == m { print int($2) }' | head -n 1
-}
-
-isr_of() { field "$(partition_row "$1" "$2")" 4; }
-isr_lacks() { local isr; isr=$(isr_of "$1" "$2"); [ -n "$isr" ] && ! has "$isr" "$3"; }
-isr_is() { [ "$(isr_of "$1" "$2")" = "$3" ]; }
-isr_size_is() { local isr; isr=$(isr_of "$1" "$2"); [ -n "$isr" ] && [ "$(echo "$isr" | tr ',' '\n' | wc -l)" -eq "$3" ]; }
+leader_of() { partition_fields "$1" "$2" leader; }
+isr_of() { partition_fields "$1" "$2" isr; }
+isr_lacks() { local isr; isr=$(isr_of "$1" "$2"); [ -n "$isr" ] && ! list_has "$isr" "$3"; }
+isr_size_is() { [ "$(list_len "$(isr_of "$1" "$2")")" -eq "$3" ]; }
 count() { wc -l <"$1" | tr -d ' '; }
 count_above() { [ "$(count "$1")" -gt "$2" ]; }
-metric_above() { local v; v=$(metric "$1" "$2"); [ -n "$v" ] && [ "$v" -gt "$3" ]; }
+broker_metric() { metric "127.0.0.1:$((9100 + $1))" "$2"; } # broker-number name
+metric_above() { local v; v=$(broker_metric "$1" "$2"); [ -n "$v" ] && [ "$v" -gt "$3" ]; }
 new_leader() { # topic partition old-leader old-epoch
-    local row
-    row=$(partition_row "$1" "$2")
-    [ -n "$row" ] && [ "$(field "$row" 1)" != "$3" ] && [ "$(field "$row" 1)" != none ] &&
-        [ "$(field "$row" 2)" -gt "$4" ]
+    local leader epoch
+    read -r leader epoch <<<"$(partition_fields "$1" "$2" leader leader_epoch)"
+    [ -n "$leader" ] && [ "$leader" != "$3" ] && [ "$leader" != none ] && [ "$epoch" -gt "$4" ]
 }
 
 # ---------------------------------------------------------------- producers
@@ -156,7 +129,7 @@ stop_producers() {
     [ -n "$WORK" ] && [ -d "$WORK" ] && touch "$WORK/stop"
     local pid deadline=$((SECONDS + 70))
     for pid in "${LOOP_PIDS[@]}"; do
-        while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.1; done
+        wait_gone "$pid" "$((deadline > SECONDS ? deadline - SECONDS : 0))" || true
         kill "$pid" 2>/dev/null || true
         wait "$pid" 2>/dev/null || true
     done
@@ -167,14 +140,7 @@ stop_producers() {
 
 command -v docker >/dev/null || fail "docker not found"
 docker info >/dev/null 2>&1 || fail "no Docker engine answers (docker info failed): start the Docker daemon"
-if docker compose version >/dev/null 2>&1; then
-    COMPOSE=(docker compose)
-elif command -v docker-compose >/dev/null; then
-    COMPOSE=(docker-compose)
-else
-    fail "neither \`docker compose\` nor \`docker-compose\` is installed"
-fi
-COMPOSE+=(-f docker-compose.yml -p "$COMPOSE_PROJECT_NAME")
+find_compose "$COMPOSE_PROJECT_NAME"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/syncline-compose-test.XXXXXX")
 
 log "starting the compose cluster (project $COMPOSE_PROJECT_NAME)"
@@ -191,16 +157,16 @@ for t in "cut 1" "failover 3"; do
         fail "cannot create topic $name"
 done
 led_by_with_full_isr() { # topic partition leader
-    [ "$(field "$(partition_row "$1" "$2")" 1)" = "$3" ] && isr_size_is "$1" "$2" 3
+    [ "$(leader_of "$1" "$2")" = "$3" ] && isr_size_is "$1" "$2" 3
 }
-wait_until "cut-0 has ISR 1,2,3 and leader 1" led_by_with_full_isr cut 0 1
+wait_for "cut-0 has ISR 1,2,3 and leader 1" led_by_with_full_isr cut 0 1
 # The failover partition: one led by broker 2 or 3 (broker 1 hosts the
 # controller and must stay up). The follower cut off the network is the other
 # of 2 and 3, so the failover partition keeps its leader through the cut.
 FP=""
 for p in 0 1 2; do
-    wait_until "failover-$p has a full ISR" isr_size_is failover "$p" 3
-    leader=$(field "$(partition_row failover "$p")" 1)
+    wait_for "failover-$p has a full ISR" isr_size_is failover "$p" 3
+    leader=$(leader_of failover "$p")
     if [ -z "$FP" ] && { [ "$leader" = 2 ] || [ "$leader" = 3 ]; }; then
         FP=$p
         L=$leader
@@ -213,7 +179,7 @@ log "cut-0 is led by broker 1; failover-$FP is led by broker $L; broker $F will 
 start_producer A cut 0
 start_producer B failover "$FP"
 both_acked_above() { count_above "$WORK/A.acked" "$1" && count_above "$WORK/B.acked" "$1"; }
-wait_until "both producers have acknowledged records" both_acked_above 3
+wait_for "both producers have acknowledged records" both_acked_above 3
 
 # ---- 3. cut a follower off the network
 # The leader checks each partition every replica.lag.time.max.ms / 2 of its
@@ -223,41 +189,38 @@ CID_F=$("${COMPOSE[@]}" ps -q "broker-$F")
 [ -n "$CID_F" ] || fail "no container for broker-$F"
 NET=$(docker inspect -f '{{range $k, $v := .NetworkSettings.Networks}}{{$k}}{{"\n"}}{{end}}' "$CID_F" | head -n 1)
 [ -n "$NET" ] || fail "broker-$F's container is on no network"
-SHRINKS0=$(metric 1 syncline_isr_shrinks_total)
-EXPANDS0=$(metric 1 syncline_isr_expands_total)
+SHRINKS0=$(broker_metric 1 syncline_isr_shrinks_total)
+EXPANDS0=$(broker_metric 1 syncline_isr_expands_total)
 if [ -z "$SHRINKS0" ] || [ -z "$EXPANDS0" ]; then
     fail "cannot read broker 1's metrics on 127.0.0.1:9101"
 fi
 log "docker network disconnect $NET broker-$F"
 docker network disconnect "$NET" "$CID_F"
-wait_until "the leader of cut-0 dropped broker $F from the ISR" isr_lacks cut 0 "$F"
-wait_until "syncline_isr_shrinks_total on broker 1 went up from $SHRINKS0" \
+wait_for "the leader of cut-0 dropped broker $F from the ISR" isr_lacks cut 0 "$F"
+wait_for "syncline_isr_shrinks_total on broker 1 went up from $SHRINKS0" \
     metric_above 1 syncline_isr_shrinks_total "$SHRINKS0"
 ACKED_A=$(count "$WORK/A.acked")
-wait_until "acks=all goes on with broker $F cut off (ISR $(isr_of cut 0))" \
+wait_for "acks=all goes on with broker $F cut off (ISR $(isr_of cut 0))" \
     count_above "$WORK/A.acked" "$((ACKED_A + 5))"
 
 # ---- 4. reconnect it
 log "docker network connect --alias broker-$F $NET broker-$F"
 docker network connect --alias "broker-$F" "$NET" "$CID_F"
-wait_until "broker $F rejoined the ISR of cut-0" isr_size_is cut 0 3
-wait_until "syncline_isr_expands_total on broker 1 went up from $EXPANDS0" \
+wait_for "broker $F rejoined the ISR of cut-0" isr_size_is cut 0 3
+wait_for "syncline_isr_expands_total on broker 1 went up from $EXPANDS0" \
     metric_above 1 syncline_isr_expands_total "$EXPANDS0"
 
 # ---- 5. kill the leader of the failover partition
-ROW=$(partition_row failover "$FP")
-[ "$(field "$ROW" 1)" = "$L" ] || fail "failover-$FP is now led by $(field "$ROW" 1), expected broker $L"
-OLD_EPOCH=$(field "$ROW" 2)
-OLD_ISR=$(field "$ROW" 4)
+read -r LEADER OLD_EPOCH OLD_ISR <<<"$(partition_fields failover "$FP" leader leader_epoch isr)"
+[ "$LEADER" = "$L" ] || fail "failover-$FP is now led by ${LEADER:-?}, expected broker $L"
 ACKED_B=$(count "$WORK/B.acked")
 log "failover-$FP: leader $L, leader epoch $OLD_EPOCH, ISR $OLD_ISR; SIGKILL broker-$L's container"
 timeout 60 "${COMPOSE[@]}" kill -s SIGKILL "broker-$L" >/dev/null 2>&1 || fail "cannot kill broker-$L"
-wait_until "failover-$FP has a new leader with a higher leader epoch" new_leader failover "$FP" "$L" "$OLD_EPOCH"
-ROW=$(partition_row failover "$FP")
-NEW_LEADER=$(field "$ROW" 1)
-has "$OLD_ISR" "$NEW_LEADER" || fail "the new leader $NEW_LEADER of failover-$FP was not in its ISR $OLD_ISR"
-log "failover-$FP: leader $L -> $NEW_LEADER, leader epoch $OLD_EPOCH -> $(field "$ROW" 2), ISR $(field "$ROW" 4)"
-wait_until "acks=all goes on after the failover" count_above "$WORK/B.acked" "$((ACKED_B + 5))"
+wait_for "failover-$FP has a new leader with a higher leader epoch" new_leader failover "$FP" "$L" "$OLD_EPOCH"
+read -r NEW_LEADER NEW_EPOCH NEW_ISR <<<"$(partition_fields failover "$FP" leader leader_epoch isr)"
+list_has "$OLD_ISR" "$NEW_LEADER" || fail "the new leader $NEW_LEADER of failover-$FP was not in its ISR $OLD_ISR"
+log "failover-$FP: leader $L -> $NEW_LEADER, leader epoch $OLD_EPOCH -> $NEW_EPOCH, ISR $NEW_ISR"
+wait_for "acks=all goes on after the failover" count_above "$WORK/B.acked" "$((ACKED_B + 5))"
 
 # ---- 6. every acknowledged record is there
 stop_producers

@@ -19,12 +19,13 @@
 # SYNCLINE_NO_BUILD=1 uses the binaries in target/ as they are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 
 PROJECT=${COMPOSE_PROJECT_NAME:-syncline}
 PROFILE=${SYNCLINE_PROFILE:-release}
 case "$PROFILE" in
-release) CARGO_BUILD=(cargo build --release --bins) ;;
-debug) CARGO_BUILD=(cargo build --bins) ;;
+release | debug) ;;
 *)
     echo "compose.sh: error: SYNCLINE_PROFILE must be release or debug (got $PROFILE)" >&2
     exit 2
@@ -35,59 +36,20 @@ CONTEXT=docker
 BROKERS=(1 2 3)
 UP_TIMEOUT_S=${SYNCLINE_UP_TIMEOUT_S:-90}
 
-die() {
-    echo "compose.sh: error: $*" >&2
-    exit 1
-}
-
-usage() {
-    sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
-}
-
-# `docker compose` or `docker-compose`, as an array in COMPOSE.
-find_compose() {
-    command -v docker >/dev/null ||
-        die "docker not found: install Docker Engine and the Compose tool (docker compose or docker-compose)"
-    if docker compose version >/dev/null 2>&1; then
-        COMPOSE=(docker compose)
-    elif command -v docker-compose >/dev/null; then
-        COMPOSE=(docker-compose)
-    else
-        die "neither \`docker compose\` nor \`docker-compose\` is installed: install the Compose tool"
-    fi
-    COMPOSE+=(-f docker-compose.yml -p "$PROJECT")
-}
+SYNCLINE=$BIN_DIR/syncline
+CLI_TIMEOUT_S=5
 
 compose() { "${COMPOSE[@]}" "$@"; }
 
 client_address() { echo "127.0.0.1:$((9091 + $1))"; }
 
-port_answers() {
-    (exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null
-}
-
-syncline_cli() { timeout 5 "$BIN_DIR/syncline" "$@"; }
-
-# Reads `syncline cluster describe --json`; prints the unfenced broker ids.
-unfenced_ids() {
-    awk '
-        /"id":/      { v = $2; gsub(/[^0-9]/, "", v); id = v }
-        /"fenced":/  { fenced = ($2 ~ /true/) }
-        /^[[:space:]]*}/ { if (id != "" && !fenced) print id; id = ""; fenced = 0 }
-    ' | sort -n | tr '\n' ' ' | sed 's/ $//'
-}
-
 # The release binaries, their shared libraries and loader (as `ldd` lists them)
 # and the configs, laid out as the image's root file system.
 stage() {
-    if [ "${SYNCLINE_NO_BUILD:-0}" != 1 ]; then
-        command -v cargo >/dev/null || die "cargo not found: install the Rust toolchain (rustup)"
-        echo "==> ${CARGO_BUILD[*]}"
-        "${CARGO_BUILD[@]}"
-    fi
+    build_bins "$PROFILE"
     local b
     for b in synclined syncline; do
-        [ -x "$BIN_DIR/$b" ] || die "$BIN_DIR/$b is missing: run ${CARGO_BUILD[*]}"
+        [ -x "$BIN_DIR/$b" ] || die "$BIN_DIR/$b is missing: build it with cargo build$([ "$PROFILE" = release ] && echo " --release") --bins"
     done
     command -v ldd >/dev/null || die "ldd not found: it lists the shared libraries the image needs (it comes with glibc)"
 
@@ -116,7 +78,7 @@ stage() {
 }
 
 cmd_build() {
-    find_compose
+    find_compose "$PROJECT"
     stage
     echo "==> ${COMPOSE[*]} build"
     compose build
@@ -125,41 +87,22 @@ cmd_build() {
 running_containers() { compose ps -q 2>/dev/null | grep -c . || true; }
 
 wait_ready() {
-    local deadline=$((SECONDS + UP_TIMEOUT_S)) n out seen last="" pending
     echo "==> waiting (up to ${UP_TIMEOUT_S} s) until every broker is registered, unfenced and answers"
-    while :; do
-        pending=""
-        for n in "${BROKERS[@]}"; do
-            if out=$(syncline_cli --bootstrap-server "$(client_address "$n")" cluster describe --json 2>&1); then
-                seen=$(echo "$out" | unfenced_ids)
-                if [ "$seen" != "${BROKERS[*]}" ]; then
-                    pending=$n
-                    last="broker $n sees registered and unfenced brokers [${seen:-none}]"
-                    break
-                fi
-            else
-                pending=$n
-                last="broker $n does not answer on $(client_address "$n"): $(echo "$out" | tail -n 1)"
-                break
-            fi
-        done
-        [ -n "$pending" ] || return 0
-        if [ "$SECONDS" -ge "$deadline" ]; then
-            echo "compose.sh: error: the cluster is not ready after ${UP_TIMEOUT_S} s: $last" >&2
-            compose ps >&2 || true
-            for n in "${BROKERS[@]}"; do
-                echo "---- last lines of broker-$n's log ----" >&2
-                compose logs --no-color --tail 15 "broker-$n" >&2 || true
-            done
-            echo "compose.sh: the containers are left running to look at; stop them with: scripts/compose.sh down" >&2
-            exit 1
-        fi
-        sleep 0.5
+    wait_cluster_ready "$UP_TIMEOUT_S" "${#BROKERS[@]}" "$(client_address 1),$(client_address 2),$(client_address 3)" &&
+        return 0
+    echo "compose.sh: error: the cluster is not ready after ${UP_TIMEOUT_S} s: $NOT_READY_REASON" >&2
+    compose ps >&2 || true
+    local n
+    for n in "${BROKERS[@]}"; do
+        echo "---- last lines of broker-$n's log ----" >&2
+        compose logs --no-color --tail 15 "broker-$n" >&2 || true
     done
+    echo "compose.sh: the containers are left running to look at; stop them with: scripts/compose.sh down" >&2
+    exit 1
 }
 
 cmd_up() {
-    find_compose
+    find_compose "$PROJECT"
     if [ "$(running_containers)" -eq 0 ]; then
         local n a
         for n in "${BROKERS[@]}"; do
@@ -189,7 +132,7 @@ EOF
 }
 
 cmd_down() {
-    find_compose
+    find_compose "$PROJECT"
     local args=(down --remove-orphans)
     case "${1:-}" in
     "") ;;
@@ -200,15 +143,15 @@ cmd_down() {
 }
 
 cmd_status() {
-    find_compose
+    find_compose "$PROJECT"
     compose ps
     echo
-    syncline_cli --bootstrap-server "$(client_address 1)" cluster describe ||
+    cli --bootstrap-server "$(client_address 1)" cluster describe ||
         echo "broker 1 does not answer on $(client_address 1): start the cluster with scripts/compose.sh up"
 }
 
 cmd_logs() {
-    find_compose
+    find_compose "$PROJECT"
     if [ $# -gt 0 ]; then
         [[ " ${BROKERS[*]} " == *" $1 "* ]] || die "no broker $1: choose one of ${BROKERS[*]}"
         compose logs --tail 40 "broker-$1"
@@ -229,9 +172,9 @@ logs)
     shift
     cmd_logs "$@"
     ;;
--h | --help | help) usage ;;
+-h | --help | help) usage_from_header "$0" ;;
 *)
-    usage >&2
+    usage_from_header "$0" >&2
     exit 2
     ;;
 esac

@@ -17,6 +17,8 @@
 # SYNCLINE_NO_BUILD=1 uses target/release as it is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 
 BIN_DIR=$PWD/target/release
 # Short timers so the story fits in a minute (Kafka's defaults are 30000 ms lag,
@@ -43,11 +45,6 @@ TICKER_PIDS=()
 FAILED=0
 STARTED_AT=$SECONDS
 
-die() {
-    echo "${RED}demo.sh: error: $*${RESET}" >&2
-    exit 1
-}
-
 cleanup() {
     local status=$?
     set +e
@@ -61,7 +58,7 @@ cleanup() {
         kill -KILL "$pid" 2>/dev/null
     done
     for pid in "${BROKER_PIDS[@]}"; do
-        [ -n "$pid" ] && wait_gone "$pid"
+        [ -n "$pid" ] && wait_killed "$pid"
     done
     if [ -n "$DEMO_DIR" ] && [ -d "$DEMO_DIR" ]; then
         if [ "$FAILED" -eq 0 ] && [ "${SYNCLINE_DEMO_KEEP:-0}" != 1 ]; then
@@ -98,37 +95,17 @@ run() {
 elapsed() { echo "$((SECONDS - $1)) s"; }
 
 # Waits (bounded) until process $1 has exited.
-wait_gone() {
-    local deadline=$((SECONDS + 10))
-    while kill -0 "$1" 2>/dev/null && ! grep -q '^[^)]*) Z' "/proc/$1/stat" 2>/dev/null; do
-        [ "$SECONDS" -lt "$deadline" ] || {
-            echo "demo.sh: process $1 is still alive 10 s after SIGKILL" >&2
-            return 1
-        }
-        sleep 0.05
-    done
+wait_killed() {
+    wait_gone "$1" 10 || {
+        echo "demo.sh: process $1 is still alive 10 s after SIGKILL" >&2
+        return 1
+    }
 }
 
 # ---------------------------------------------------------------- cluster
 
-# A port nobody listens on, below the usual ephemeral range (32768-60999), so a
-# client's outgoing connection cannot be holding it.
-USED_PORTS=" "
-free_port() {
-    local p tries=0
-    while :; do
-        p=$((20000 + RANDOM % 12000))
-        tries=$((tries + 1))
-        [ "$tries" -lt 200 ] || die "found no free port between 20000 and 31999"
-        [[ "$USED_PORTS" == *" $p "* ]] && continue
-        (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && continue
-        USED_PORTS+="$p "
-        echo "$p"
-        return
-    done
-}
-
-cli() { timeout 20 syncline "$@"; }
+# One CLI call never hangs the demo (e.g. on a paused broker).
+CLI_TIMEOUT_S=20
 
 broker_log_tail() {
     echo "---- last lines of $DEMO_DIR/broker-$1.log ----" >&2
@@ -137,8 +114,10 @@ broker_log_tail() {
 
 start_cluster() {
     local n port metrics roles
-    PORTS=("" "$(free_port)" "$(free_port)" "$(free_port)")
-    METRICS_PORTS=("" "$(free_port)" "$(free_port)" "$(free_port)")
+    local free
+    mapfile -t free < <(free_ports 6)
+    PORTS=("" "${free[@]:0:3}")
+    METRICS_PORTS=("" "${free[@]:3:3}")
     BROKER_PIDS=("" "" "" "")
     for n in 1 2 3; do
         port=${PORTS[$n]}
@@ -165,37 +144,34 @@ EOF
     done
     export SYNCLINE_BOOTSTRAP_SERVER="127.0.0.1:${PORTS[1]}"
 
-    local deadline=$((SECONDS + WAIT_S)) ready
-    while :; do
-        for n in 1 2 3; do
-            if ! kill -0 "${BROKER_PIDS[$n]}" 2>/dev/null; then
-                broker_log_tail "$n"
-                die "broker $n exited during start-up (its log is above)"
-            fi
-        done
-        ready=0
-        for n in 1 2 3; do
-            if [ "$(cli --bootstrap-server "127.0.0.1:${PORTS[$n]}" cluster describe --json 2>/dev/null |
-                grep -c '"fenced": false')" = 3 ]; then
-                ready=$((ready + 1))
-            fi
-        done
-        [ "$ready" -lt 3 ] || break
-        [ "$SECONDS" -lt "$deadline" ] ||
-            die "the demo cluster did not become ready within ${WAIT_S} s (brokers' logs in $DEMO_DIR)"
-        sleep 0.2
+    local status=0
+    wait_cluster_ready "$WAIT_S" 3 "127.0.0.1:${PORTS[1]},127.0.0.1:${PORTS[2]},127.0.0.1:${PORTS[3]}" \
+        brokers_alive || status=$?
+    case "$status" in
+    0) ;;
+    2) exit 1 ;;
+    *) die "the demo cluster did not become ready within ${WAIT_S} s: $NOT_READY_REASON (brokers' logs in $DEMO_DIR)" ;;
+    esac
+}
+
+# False, showing its log, if a broker has exited during start-up.
+brokers_alive() {
+    local n
+    for n in 1 2 3; do
+        if ! kill -0 "${BROKER_PIDS[$n]}" 2>/dev/null; then
+            broker_log_tail "$n"
+            echo "${RED}demo.sh: error: broker $n exited during start-up (its log is above)${RESET}" >&2
+            return 1
+        fi
     done
 }
 
 # ---------------------------------------------------------------- reading state
 
-# One partition's row of `syncline topic describe`: LEADER LEADER_EPOCH
-# REPLICAS ISR HIGH_WATERMARK LOG_END_OFFSET (empty if the command fails).
+# One partition's LEADER LEADER_EPOCH REPLICAS ISR HIGH_WATERMARK
+# LOG_END_OFFSET on one line (empty if the command fails).
 partition_row() {
-    cli topic describe "$1" 2>/dev/null | awk -v p="$2" '
-        /^PARTITION +LEADER / { t = 1; next }
-        t && NF == 0 { t = 0 }
-        t && $1 == p { print $2, $3, $4, $5, $6, $7; exit }'
+    partition_fields "$1" "$2" leader leader_epoch replicas isr high_watermark log_end_offset
 }
 field() { # row field-number (1 leader, 2 epoch, 3 replicas, 4 isr, 5 hw, 6 leo)
     echo "$1" | cut -d' ' -f"$2"
@@ -239,32 +215,15 @@ wait_partition() {
     done
 }
 
-# GET http://127.0.0.1:PORT/metrics: curl where it exists, else bash's /dev/tcp.
-if command -v curl >/dev/null; then
-    METRICS_GET="curl -s"
-else
-    METRICS_GET="http_get"
-fi
-http_get() {
-    local url=${1#http://} hostport path
-    hostport=${url%%/*}
-    path=/${url#*/}
-    # shellcheck disable=SC2016 # the inner script expands its own arguments
-    timeout 5 bash -c '
-        exec 3<>"/dev/tcp/${1%:*}/${1##*:}" || exit 1
-        printf "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n" "$2" "$1" >&3
-        sed "1,/^\r\{0,1\}$/d" <&3' _ "$hostport" "$path"
-}
-metric() { # port name
-    $METRICS_GET "http://127.0.0.1:$1/metrics" 2>/dev/null | awk -v m="$2" '$1 == m { print $2 }' | head -n 1
-}
+# What the demo shows for GET /metrics: curl where it exists, else lib.sh's http_get.
+if command -v curl >/dev/null; then METRICS_GET="curl -s"; else METRICS_GET="http_get"; fi
 show_isr_metrics() {
     run "$METRICS_GET http://127.0.0.1:${METRICS_PORTS[1]}/metrics | grep -E '^syncline_isr_(shrinks|expands)_total'"
 }
 wait_metric_above() { # port name value
     local deadline=$((SECONDS + WAIT_S)) v
     while :; do
-        v=$(metric "$1" "$2")
+        v=$(metric "127.0.0.1:$1" "$2")
         if [ -n "$v" ] && [ "${v%.*}" -gt "$3" ]; then
             echo "${v%.*}"
             return
@@ -313,11 +272,7 @@ acked() { printf '%s\n' "$@" >>"$ACKED_FILE"; }
 
 # ================================================================ the story
 
-if [ "${SYNCLINE_NO_BUILD:-0}" != 1 ]; then
-    command -v cargo >/dev/null || die "cargo not found: install the Rust toolchain (rustup)"
-    echo "==> cargo build --release --bins"
-    cargo build --release --bins
-fi
+build_bins release
 if [ ! -x "$BIN_DIR/synclined" ] || [ ! -x "$BIN_DIR/syncline" ]; then
     die "$BIN_DIR/synclined or syncline is missing: run cargo build --release --bins"
 fi
@@ -356,8 +311,8 @@ acked order-{1..5}
 run "syncline topic describe orders"
 
 chapter "3. Pause a follower: the ISR shrinks, acks=all goes on"
-SHRINKS0=$(metric "${METRICS_PORTS[1]}" syncline_isr_shrinks_total)
-EXPANDS0=$(metric "${METRICS_PORTS[1]}" syncline_isr_expands_total)
+SHRINKS0=$(metric "127.0.0.1:${METRICS_PORTS[1]}" syncline_isr_shrinks_total)
+EXPANDS0=$(metric "127.0.0.1:${METRICS_PORTS[1]}" syncline_isr_expands_total)
 show_isr_metrics
 say "A follower with nothing to fetch counts as caught up, so a background producer now \
 appends a record every 100 ms (acks=1, values tick-N): the leader's log keeps growing."
@@ -407,7 +362,7 @@ while [ -z "$FAIL_P" ]; do
     for p in 0 1 2; do
         row=$(partition_row payments "$p")
         [ -n "$row" ] || continue
-        if [ "$(field "$row" 4)" != "" ] && [ "$(echo "$row" | cut -d' ' -f4 | tr ',' '\n' | wc -l)" -eq 3 ] &&
+        if [ "$(list_len "$(field "$row" 4)")" -eq 3 ] &&
             [ "$(field "$row" 1)" != 1 ] && [ "$(field "$row" 1)" != none ]; then
             FAIL_P=$p
             break
@@ -428,7 +383,7 @@ say "payments-$FAIL_P: leader $OLD_LEADER, leader epoch $OLD_EPOCH, ISR $OLD_ISR
 The controller fences broker $OLD_LEADER once it has missed heartbeats for \
 broker_session_timeout_ms=$BROKER_SESSION_TIMEOUT_MS, then elects the first live ISR member."
 run "kill -KILL ${BROKER_PIDS[$OLD_LEADER]}    # broker $OLD_LEADER"
-wait_gone "${BROKER_PIDS[$OLD_LEADER]}"
+wait_killed "${BROKER_PIDS[$OLD_LEADER]}"
 BROKER_PIDS[OLD_LEADER]=""
 wait_partition payments "$FAIL_P" "payments-$FAIL_P has a new leader" \
     "leader!=$OLD_LEADER" leader!=none "epoch>$OLD_EPOCH"

@@ -30,7 +30,7 @@ pub(crate) enum Command {
     Produce(ProduceArgs),
     /// Print records to standard output, one value per line.
     Consume(ConsumeArgs),
-    /// Describe the cluster.
+    /// Describe the cluster, or wait until it is ready.
     #[command(subcommand)]
     Cluster(ClusterCommand),
     /// Every broker's replication health from its Prometheus endpoint: ISR
@@ -76,6 +76,8 @@ pub(crate) struct DescribeArgs {
     /// Print JSON instead of tables.
     #[arg(long)]
     pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) fields: crate::fields::PartitionFields,
 }
 
 #[derive(Debug, Args)]
@@ -168,7 +170,12 @@ pub(crate) enum ClusterCommand {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        fields: crate::fields::ClusterFields,
     },
+    /// Wait until N brokers are registered, unfenced and answer Metadata;
+    /// otherwise exit non-zero naming the broker that is not ready.
+    WaitReady(crate::wait_ready::WaitReadyArgs),
 }
 
 /// `KEY=VALUE` with a dotted, lower-case Kafka config name.

@@ -1,4 +1,4 @@
-//! `syncline cluster describe`.
+//! `syncline cluster describe` and `cluster wait-ready`.
 
 use anyhow::Result;
 use syncline_client::{Admin, ClientConfig};
@@ -6,9 +6,13 @@ use syncline_client::{Admin, ClientConfig};
 use crate::args::ClusterCommand;
 use crate::errors::{explain, Ctx};
 use crate::output::{cluster_json, cluster_table};
+use crate::{fields, wait_ready};
 
 pub(crate) async fn run(command: ClusterCommand, bootstrap: &str) -> Result<()> {
-    let ClusterCommand::Describe { json } = command;
+    let (json, fields) = match command {
+        ClusterCommand::Describe { json, fields } => (json, fields),
+        ClusterCommand::WaitReady(args) => return wait_ready::run(args, bootstrap).await,
+    };
     let ctx = Ctx {
         bootstrap,
         topic: None,
@@ -19,7 +23,18 @@ pub(crate) async fn run(command: ClusterCommand, bootstrap: &str) -> Result<()> 
         .describe_cluster()
         .await
         .map_err(fail)?;
-    if json {
+    if !fields.fields.is_empty() {
+        let all = cluster_json(&cluster);
+        let line = match fields.broker {
+            Some(id) => fields::select(
+                fields::broker(&all, id)?,
+                &format!("broker {id}"),
+                &fields.fields,
+            )?,
+            None => fields::select(&all, "the cluster", &fields.fields)?,
+        };
+        println!("{line}");
+    } else if json {
         println!("{}", serde_json::to_string_pretty(&cluster_json(&cluster))?);
     } else {
         print!("{}", cluster_table(&cluster));

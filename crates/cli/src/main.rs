@@ -7,11 +7,13 @@ mod args;
 mod cluster;
 mod consume;
 mod errors;
+mod fields;
 mod metrics;
 mod output;
 mod perf;
 mod produce;
 mod topic;
+mod wait_ready;
 
 use std::process::ExitCode;
 

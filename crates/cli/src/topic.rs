@@ -7,6 +7,7 @@ use syncline_client::{Admin, ClientConfig, NewTopic};
 
 use crate::args::{CreateArgs, DescribeArgs, TopicCommand};
 use crate::errors::{explain, Ctx};
+use crate::fields;
 use crate::output::{topic_json, topic_table};
 
 pub(crate) async fn run(command: TopicCommand, bootstrap: &str) -> Result<()> {
@@ -82,7 +83,12 @@ async fn describe(args: DescribeArgs, bootstrap: &str) -> Result<()> {
         .describe_topic(&args.name)
         .await
         .map_err(|e| anyhow::anyhow!(explain(&e, ctx)))?;
-    if args.json {
+    if let Some(partition) = args.fields.partition {
+        let all = topic_json(&topic);
+        let object = fields::partition(&all, partition)?;
+        let what = format!("partition {}-{partition}", args.name);
+        println!("{}", fields::select(object, &what, &args.fields.fields)?);
+    } else if args.json {
         println!("{}", serde_json::to_string_pretty(&topic_json(&topic))?);
     } else {
         print!("{}", topic_table(&topic));
