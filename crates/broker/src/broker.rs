@@ -41,14 +41,16 @@ pub struct Broker {
 }
 
 impl Broker {
-    pub fn config(&self) -> &BrokerConfig {
+    pub(crate) fn config(&self) -> &BrokerConfig {
         &self.config
     }
 
+    /// This broker's metrics.
     pub fn metrics(&self) -> &BrokerMetrics {
         &self.metrics
     }
 
+    /// The partitions this broker hosts.
     pub fn replica_manager(&self) -> &ReplicaManager {
         &self.rm
     }
@@ -252,6 +254,7 @@ impl BrokerHandle {
         self.metrics_addr
     }
 
+    /// The running broker's parts.
     pub fn broker(&self) -> &Arc<Broker> {
         &self.broker
     }

@@ -9,15 +9,31 @@ use serde::Deserialize;
 /// Why a configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The file could not be read.
     #[error("cannot read config file {path}: {source}")]
     Read {
+        /// The file.
         path: PathBuf,
+        /// Why it could not be read.
         source: std::io::Error,
     },
+    /// The text is not TOML, has a key this broker does not know, or a value of
+    /// the wrong type.
     #[error("invalid config file {path}: {message}")]
-    Parse { path: PathBuf, message: String },
+    Parse {
+        /// The file (empty when [`BrokerConfig::parse`] was given text).
+        path: PathBuf,
+        /// The TOML parser's message.
+        message: String,
+    },
+    /// A value is out of range or contradicts another key.
     #[error("invalid value for `{key}`: {message}")]
-    Invalid { key: &'static str, message: String },
+    Invalid {
+        /// The key, as written in the file.
+        key: &'static str,
+        /// What is wrong with its value.
+        message: String,
+    },
 }
 
 fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
@@ -30,7 +46,9 @@ fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
 /// A `host:port` address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostPort {
+    /// Host name or IP address; an IPv6 address without its brackets.
     pub host: String,
+    /// TCP port.
     pub port: u16,
 }
 
@@ -69,8 +87,13 @@ impl std::fmt::Display for HostPort {
 /// One named listener: where it binds and the address it advertises.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListenerConfig {
+    /// The listener name (`NAME://` in `listeners`; [`DEFAULT_LISTENER_NAME`] when
+    /// none is given).
     pub name: String,
+    /// The address it binds (from `listeners`).
     pub bind: HostPort,
+    /// The address it gives to clients and other brokers (from
+    /// `advertised_listeners`; `bind` when that does not name this listener).
     pub advertised: HostPort,
 }
 
@@ -109,7 +132,9 @@ fn parse_listeners(key: &'static str, s: &str) -> Result<Vec<(String, HostPort)>
 /// One voter of the controller quorum (`id@host:port`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Voter {
+    /// The voter's node id.
     pub node_id: i32,
+    /// Its inter-broker listener's address.
     pub address: HostPort,
 }
 
@@ -158,48 +183,142 @@ struct RawConfig {
 }
 
 /// A validated broker configuration.
+///
+/// Each field is the config-file key of the same name (Kafka's broker config with
+/// dots written as underscores, e.g. `replica.lag.time.max.ms` ->
+/// `replica_lag_time_max_ms`) unless its doc says otherwise, and defaults to
+/// Kafka's default. `config/broker-1.toml` documents every key.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
+    /// Unique id of this broker in the cluster (Kafka's `node.id`); required, 0 or
+    /// more.
     pub node_id: i32,
+    /// Brokers registering with a different cluster id are refused. Kafka keeps it
+    /// in `meta.properties`; here it is a key. Default `"syncline"`.
     pub cluster_id: String,
-    /// Every listener; clients get the endpoints of the one they connected to.
+    /// Every listener (Kafka's `listeners` and `advertised.listeners`); clients get
+    /// the endpoints of the one they connected to. Default: one `PLAINTEXT`
+    /// listener on `127.0.0.1:9092`.
     pub listeners: Vec<ListenerConfig>,
-    /// The listener other brokers and the controller use.
+    /// The listener other brokers and the controller use (Kafka's
+    /// `inter.broker.listener.name`). Default: the first of `listeners`.
     pub inter_broker_listener_name: String,
+    /// Where partition logs (and, on the controller, the metadata log) live: the
+    /// key `log_dirs` (Kafka's `log.dirs`), which may name only one directory here.
+    /// Relative to the working directory. Default `data/broker-<node_id>`.
     pub log_dir: PathBuf,
+    /// This process hosts the controller: the key `process_roles` (Kafka's
+    /// `process.roles`) is `"broker,controller"` rather than the default
+    /// `"broker"`.
     pub is_controller: bool,
+    /// The controller quorum, `id@host:port` each (Kafka's
+    /// `controller.quorum.voters`); required, and exactly one voter for now.
     pub controller_quorum_voters: Vec<Voter>,
+    /// Rack of this broker for rack-aware replica placement and rack-aware
+    /// consumer fetches (Kafka's `broker.rack`). Default none (an empty value too).
     pub broker_rack: Option<String>,
+    /// Where Prometheus metrics are served (`GET /metrics`); not a Kafka config.
+    /// Default none: disabled (an empty value too).
     pub metrics_listen: Option<HostPort>,
+    /// Partitions of topics created without a count (Kafka's `num.partitions`).
+    /// Default 1.
     pub num_partitions: i32,
+    /// Replication factor of topics created without one (Kafka's
+    /// `default.replication.factor`). Default 1.
     pub default_replication_factor: i32,
+    /// In-sync replicas acks=all produces need (Kafka's `min.insync.replicas`); the
+    /// topic config `min.insync.replicas` overrides it. Default 1.
     pub min_insync_replicas: i32,
+    /// Largest record batch a producer may send, in bytes (Kafka's
+    /// `message.max.bytes`); smaller than `socket_request_max_bytes`. Default
+    /// 1048588.
     pub message_max_bytes: usize,
+    /// Largest request frame, in bytes (Kafka's `socket.request.max.bytes`).
+    /// Default 104857600.
     pub socket_request_max_bytes: usize,
+    /// Requests in flight per connection; past it the broker stops reading from
+    /// that connection until one is answered (Kafka's `queued.max.requests`, which
+    /// Kafka applies broker-wide). Default 500.
     pub queued_max_requests: usize,
+    /// A segment rolls at this size, in bytes (Kafka's `log.segment.bytes`); the
+    /// default of the topic config `segment.bytes`. Default 1073741824.
     pub segment_bytes: u64,
+    /// A segment rolls at this age, in ms; None (-1 in the file): never by age
+    /// (Kafka's `log.roll.ms`); the default of the topic config `segment.ms`.
+    /// Default 604800000 (7 days).
     pub segment_ms: Option<u64>,
+    /// Segments older than this, in ms, are deleted; -1: kept whatever their age
+    /// (Kafka's `log.retention.ms`); the default of the topic config
+    /// `retention.ms`. Default 604800000 (7 days).
     pub retention_ms: i64,
+    /// The oldest segment of a partition is deleted while the log without it is
+    /// still at least this large, in bytes; -1: unlimited (Kafka's `log.retention.bytes`); the default of the
+    /// topic config `retention.bytes`. Default -1.
     pub retention_bytes: i64,
+    /// How often retention is checked, in ms (Kafka's
+    /// `log.retention.check.interval.ms`). Default 300000.
     pub retention_check_interval_ms: u64,
+    /// The log is fsynced after this many messages; `u64::MAX` (-1 in the file):
+    /// never, durability comes from replication (Kafka's
+    /// `log.flush.interval.messages`); the default of the topic config
+    /// `flush.messages`. Default never.
     pub flush_messages: u64,
+    /// The log is fsynced this long, in ms, after its oldest append not yet fsynced;
+    /// `u64::MAX` (-1 in the file): never (Kafka's `log.flush.interval.ms`); the
+    /// default of the topic config `flush.ms`. Default never.
     pub flush_ms: u64,
+    /// A follower that has not caught up with the leader's log end within this
+    /// time, in ms, leaves the ISR; the leader checks every half of it (Kafka's
+    /// `replica.lag.time.max.ms`). The topic config `replica.lag.time.max.ms` (a
+    /// syncline extension) overrides it. Default 30000.
     pub replica_lag_time_max_ms: u64,
+    /// How long, in ms, a leader holds a follower fetch waiting for data (Kafka's
+    /// `replica.fetch.wait.max.ms`); smaller than `replica_lag_time_max_ms`, or idle
+    /// followers would leave the ISR. Default 500.
     pub replica_fetch_wait_max_ms: u64,
+    /// Bytes that end a follower fetch's wait early (Kafka's
+    /// `replica.fetch.min.bytes`). Default 1.
     pub replica_fetch_min_bytes: u32,
+    /// Bytes a follower asks for per partition (Kafka's `replica.fetch.max.bytes`).
+    /// Default 1048576.
     pub replica_fetch_max_bytes: u32,
+    /// Bytes a follower asks for per fetch response (Kafka's
+    /// `replica.fetch.response.max.bytes`). Default 10485760.
     pub replica_fetch_response_max_bytes: u32,
+    /// Longest pause, in ms, of a partition after failed fetches: the first retry
+    /// comes after 10 ms and each further failure in a row doubles the pause up to
+    /// this (Kafka's `replica.fetch.backoff.ms`). Default 1000.
     pub replica_fetch_backoff_ms: u64,
+    /// Fetcher tasks per source leader broker (Kafka's `num.replica.fetchers`).
+    /// Default 1.
     pub num_replica_fetchers: usize,
-    /// Incremental fetch sessions (KIP-227) the broker keeps; 0 declines them.
+    /// Incremental fetch sessions (KIP-227) the broker keeps for fetchers and
+    /// consumers, least recently used evicted first; 0 declines them (Kafka's
+    /// `max.incremental.fetch.session.cache.slots`). Default 1000.
     pub max_incremental_fetch_session_cache_slots: usize,
-    /// Which replica consumers read from (Kafka's `replica.selector.class`).
+    /// Which replica consumers read from (Kafka's `replica.selector.class`):
+    /// `"leader"` or `"rack_aware"` in the file. Default `"leader"`.
     pub replica_selector: ReplicaSelector,
+    /// How often each partition's high watermark is checkpointed to disk, in ms
+    /// (Kafka's `replica.high.watermark.checkpoint.interval.ms`). Default 5000.
     pub replica_high_watermark_checkpoint_interval_ms: u64,
+    /// Whether a leader may be elected from outside the ISR, trading consistency
+    /// for availability (Kafka's `unclean.leader.election.enable`); the topic
+    /// config `unclean.leader.election.enable` overrides it. Default false.
     pub unclean_leader_election_enable: bool,
+    /// Silence, in ms, after which the controller fences a broker: moves its
+    /// leaderships and removes it from every ISR (Kafka's
+    /// `broker.session.timeout.ms`). Default 9000.
     pub broker_session_timeout_ms: u64,
+    /// Time between heartbeats to the controller, in ms (Kafka's
+    /// `broker.heartbeat.interval.ms`); smaller than `broker_session_timeout_ms`.
+    /// Default 2000.
     pub broker_heartbeat_interval_ms: u64,
+    /// On shutdown, first ask the controller to move this broker's leaderships
+    /// away (Kafka's `controlled.shutdown.enable`). Default true.
     pub controlled_shutdown_enable: bool,
+    /// Longest wait, in ms, for the controlled shutdown before stopping anyway; not
+    /// a Kafka config. Default 30000.
     pub controlled_shutdown_timeout_ms: u64,
     /// How a replica that becomes follower finds where its log agrees with the
     /// leader's. Not a config-file key, and built only with the `legacy-truncation`

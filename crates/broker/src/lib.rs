@@ -37,6 +37,8 @@
 //! - `metadata_cache`: the cluster as this broker knows it.
 //! - [`metrics`], `http`: Prometheus metrics and their endpoint.
 
+#![warn(missing_docs)]
+
 mod broker;
 pub mod config;
 mod controller_client;

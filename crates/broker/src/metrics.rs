@@ -36,9 +36,9 @@ struct LeaderLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PartitionLabel {
-    pub topic: String,
-    pub partition: String,
+pub(crate) struct PartitionLabel {
+    pub(crate) topic: String,
+    pub(crate) partition: String,
 }
 
 /// Request count and latency of one API.
@@ -62,26 +62,26 @@ pub struct BrokerMetrics {
     isr_shrinks: Counter,
     isr_expands: Counter,
     failed_isr_updates: Counter,
-    pub under_replicated_partitions: Gauge,
-    pub under_min_isr_partition_count: Gauge,
-    pub at_min_isr_partition_count: Gauge,
-    pub leader_count: Gauge,
-    pub partition_count: Gauge,
-    pub offline_partitions_count: Gauge,
+    pub(crate) under_replicated_partitions: Gauge,
+    pub(crate) under_min_isr_partition_count: Gauge,
+    pub(crate) at_min_isr_partition_count: Gauge,
+    pub(crate) leader_count: Gauge,
+    pub(crate) partition_count: Gauge,
+    pub(crate) offline_partitions_count: Gauge,
     fenced_broker_count: Gauge,
     active_broker_count: Gauge,
     unclean_leader_elections: Counter,
     unclean_seen: AtomicU64,
-    pub active_controller: Gauge,
-    pub replica_fetcher_max_lag: Gauge,
+    pub(crate) active_controller: Gauge,
+    pub(crate) replica_fetcher_max_lag: Gauge,
     fetcher_requests: Family<LeaderLabel, Counter>,
     fetcher_failures: Family<LeaderLabel, Counter>,
     purgatory_size: Family<OperationLabel, Gauge>,
     apis: Vec<Arc<ApiMetrics>>,
     bytes_in: Counter,
     bytes_out: Counter,
-    pub partition_isr_size: Family<PartitionLabel, Gauge>,
-    pub partition_max_replica_lag: Family<PartitionLabel, Gauge>,
+    pub(crate) partition_isr_size: Family<PartitionLabel, Gauge>,
+    pub(crate) partition_max_replica_lag: Family<PartitionLabel, Gauge>,
 }
 
 impl Default for BrokerMetrics {
@@ -91,6 +91,7 @@ impl Default for BrokerMetrics {
 }
 
 impl BrokerMetrics {
+    /// Every metric registered, at zero, in a registry of its own.
     pub fn new() -> BrokerMetrics {
         let mut registry = Registry::with_prefix("syncline");
         let isr_shrinks = Counter::default();
@@ -277,35 +278,28 @@ impl BrokerMetrics {
         api
     }
 
-    pub fn isr_shrink(&self) {
+    pub(crate) fn isr_shrink(&self) {
         self.isr_shrinks.inc();
     }
 
-    pub fn isr_expand(&self) {
+    pub(crate) fn isr_expand(&self) {
         self.isr_expands.inc();
     }
 
-    pub fn failed_isr_update(&self) {
+    pub(crate) fn failed_isr_update(&self) {
         self.failed_isr_updates.inc();
     }
 
-    pub fn isr_shrinks_total(&self) -> u64 {
-        self.isr_shrinks.get()
-    }
-
-    pub fn isr_expands_total(&self) -> u64 {
-        self.isr_expands.get()
-    }
-
+    /// A producer's records of `n` bytes were appended.
     pub fn bytes_in(&self, n: usize) {
         self.bytes_in.inc_by(n as u64);
     }
 
-    pub fn bytes_out(&self, n: usize) {
+    pub(crate) fn bytes_out(&self, n: usize) {
         self.bytes_out.inc_by(n as u64);
     }
 
-    pub fn fetcher_request(&self, leader: i32) {
+    pub(crate) fn fetcher_request(&self, leader: i32) {
         self.fetcher_requests
             .get_or_create(&LeaderLabel {
                 leader: leader.to_string(),
@@ -315,7 +309,7 @@ impl BrokerMetrics {
 
     /// A replica fetcher for `leader` started: its series exist from now on, at
     /// zero, so that a rate over them is defined before the first failure.
-    pub fn fetcher_started(&self, leader: i32) {
+    pub(crate) fn fetcher_started(&self, leader: i32) {
         let label = LeaderLabel {
             leader: leader.to_string(),
         };
@@ -325,7 +319,7 @@ impl BrokerMetrics {
 
     /// A replica fetcher request to `leader` failed: no connection, no
     /// answer, or an error for the whole request.
-    pub fn fetcher_failure(&self, leader: i32) {
+    pub(crate) fn fetcher_failure(&self, leader: i32) {
         self.fetcher_failures
             .get_or_create(&LeaderLabel {
                 leader: leader.to_string(),
@@ -333,7 +327,7 @@ impl BrokerMetrics {
             .inc();
     }
 
-    pub fn set_purgatory_sizes(&self, fetch: usize, produce: usize) {
+    pub(crate) fn set_purgatory_sizes(&self, fetch: usize, produce: usize) {
         self.purgatory_size
             .get_or_create(&OperationLabel { operation: "fetch" })
             .set(fetch as i64);
@@ -345,14 +339,14 @@ impl BrokerMetrics {
     }
 
     /// The controller's count of registered brokers, fenced or not.
-    pub fn set_broker_counts(&self, registered: usize, fenced: usize) {
+    pub(crate) fn set_broker_counts(&self, registered: usize, fenced: usize) {
         self.fenced_broker_count.set(fenced as i64);
         self.active_broker_count
             .set(registered.saturating_sub(fenced) as i64);
     }
 
     /// Brings the unclean-elections counter up to the controller's running total.
-    pub fn set_unclean_elections_total(&self, total: u64) {
+    pub(crate) fn set_unclean_elections_total(&self, total: u64) {
         let seen = self.unclean_seen.swap(total, Ordering::AcqRel);
         if total > seen {
             self.unclean_leader_elections.inc_by(total - seen);

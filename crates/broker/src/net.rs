@@ -27,7 +27,9 @@ pub trait Listener: Send + 'static {
 
 /// Binds listeners and opens connections.
 pub trait Network: Send + Sync + std::fmt::Debug + 'static {
+    /// Listens on `addr` (`host:port`; port 0 picks a free one).
     fn bind<'a>(&'a self, addr: &'a str) -> BoxFuture<'a, io::Result<Box<dyn Listener>>>;
+    /// Opens a stream to `addr` (`host:port`).
     fn connect<'a>(&'a self, addr: &'a str) -> BoxFuture<'a, io::Result<BoxStream>>;
 }
 

@@ -115,6 +115,7 @@ impl ReplicaManager {
         self.broker_epoch.store(epoch, Ordering::Release);
     }
 
+    /// The hosted replica of `topic`'s partition `partition`, if any.
     pub fn partition(&self, topic: &str, partition: i32) -> Option<Arc<Partition>> {
         self.partitions.read().get(topic)?.get(&partition).cloned()
     }

@@ -14,9 +14,9 @@ use crate::config::BrokerConfig;
 /// Settings the broker acts on for one topic.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopicConfig {
-    pub min_insync_replicas: usize,
-    pub replica_lag_time_max: Duration,
-    pub log: LogConfig,
+    pub(crate) min_insync_replicas: usize,
+    pub(crate) replica_lag_time_max: Duration,
+    pub(crate) log: LogConfig,
 }
 
 /// The topic-config defaults a broker's settings imply (for the controller).

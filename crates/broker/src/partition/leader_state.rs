@@ -11,6 +11,7 @@ use tokio::time::Instant;
 /// One follower as the leader sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FollowerState {
+    /// The follower's broker id.
     pub broker_id: i32,
     /// Broker epoch the follower last fetched with (None: not told yet).
     pub broker_epoch: Option<i64>,
@@ -63,18 +64,25 @@ pub struct PendingIsr {
 /// Direction of an ISR change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IsrChangeKind {
+    /// Followers leave the ISR: they have not caught up within the lag time.
     Shrink,
+    /// A follower rejoins the ISR: its log has reached the high watermark.
     Expand,
 }
 
 /// An ISR change the shell must send to the controller, with the facts behind it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IsrProposal {
+    /// Shrink or expand.
     pub kind: IsrChangeKind,
+    /// The proposed ISR.
     pub new_isr: Vec<i32>,
     /// (broker id, broker epoch) of each proposed member, the leader included.
     pub members: Vec<(i32, i64)>,
+    /// The leader epoch the proposal is made under.
     pub leader_epoch: i32,
+    /// The partition epoch of the ISR it changes: the controller refuses the
+    /// proposal (InvalidUpdateVersion) if the partition has moved on since.
     pub partition_epoch: i32,
     /// The followers leaving or joining and the evidence: (id, ms since last caught
     /// up or -1, lag in offsets).
@@ -121,17 +129,27 @@ pub const ISR_RETRY_BACKOFF: Duration = Duration::from_millis(500);
 /// Parameters of [`LeaderState::new`].
 #[derive(Debug, Clone)]
 pub struct BecomeLeader {
+    /// This broker's id: the new leader.
     pub local_id: i32,
+    /// This broker's epoch, the leader's entry in ISR proposals' `members`.
     pub local_broker_epoch: i64,
+    /// The leader epoch this leadership starts.
     pub leader_epoch: i32,
+    /// The partition epoch of the LeaderAndIsr state that made it leader.
     pub partition_epoch: i32,
+    /// The replica set, the leader included.
     pub replicas: Vec<i32>,
+    /// The committed ISR, the leader included.
     pub isr: Vec<i32>,
     /// The high watermark this replica had as a follower (or from its checkpoint).
     pub high_watermark: i64,
     /// The leader's LEO when it took office: the start of its epoch.
     pub log_end_offset: i64,
+    /// The topic's `min.insync.replicas` (at least 1 is used): below it the high
+    /// watermark freezes.
     pub min_insync_replicas: usize,
+    /// The topic's `replica.lag.time.max.ms`: a follower not caught up within it is
+    /// proposed out of the ISR.
     pub lag_time_max: Duration,
 }
 
@@ -174,20 +192,12 @@ impl LeaderState {
         state
     }
 
-    pub fn leader_epoch(&self) -> i32 {
-        self.leader_epoch
-    }
-
-    pub fn partition_epoch(&self) -> i32 {
+    pub(crate) fn partition_epoch(&self) -> i32 {
         self.partition_epoch
     }
 
-    pub fn high_watermark(&self) -> i64 {
+    pub(crate) fn high_watermark(&self) -> i64 {
         self.high_watermark
-    }
-
-    pub fn epoch_start_offset(&self) -> i64 {
-        self.epoch_start_offset
     }
 
     /// The committed ISR.
@@ -195,19 +205,19 @@ impl LeaderState {
         &self.isr
     }
 
-    pub fn replicas(&self) -> &[i32] {
+    pub(crate) fn replicas(&self) -> &[i32] {
         &self.replicas
     }
 
-    pub fn pending(&self) -> Option<&PendingIsr> {
+    pub(crate) fn pending(&self) -> Option<&PendingIsr> {
         self.pending.as_ref()
     }
 
-    pub fn followers(&self) -> &[FollowerState] {
+    pub(crate) fn followers(&self) -> &[FollowerState] {
         &self.followers
     }
 
-    pub fn min_insync_replicas(&self) -> usize {
+    pub(crate) fn min_insync_replicas(&self) -> usize {
         self.min_insync_replicas
     }
 
@@ -456,7 +466,7 @@ impl LeaderState {
         self.lag_time_max = lag_time_max;
     }
 
-    pub fn lag_time_max(&self) -> Duration {
+    pub(crate) fn lag_time_max(&self) -> Duration {
         self.lag_time_max
     }
 
