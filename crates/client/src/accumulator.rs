@@ -20,8 +20,8 @@ use tokio::time::Instant;
 
 use crate::buffer::Reservation;
 use crate::error::ProduceError;
-use crate::metadata::TopicPartition;
 use crate::record::{Header, RecordMetadata};
+use syncline_proto::TopicPartition;
 
 /// What a callback given to [`crate::Producer::send_with_callback`] looks like.
 pub(crate) type Callback = Box<dyn FnOnce(Result<RecordMetadata, ProduceError>) + Send>;
@@ -212,7 +212,7 @@ impl ProducerBatch {
                 record.timestamp
             };
             record.done.deliver(Ok(RecordMetadata {
-                topic: self.tp.topic.clone(),
+                topic: self.tp.topic.to_string(),
                 partition: self.tp.partition,
                 offset: response.base_offset + index as i64,
                 acked_isr: response.acked_isr.clone(),
@@ -226,7 +226,7 @@ impl ProducerBatch {
     pub(crate) fn complete_unacknowledged(&mut self) {
         for record in std::mem::take(&mut self.records) {
             record.done.deliver(Ok(RecordMetadata {
-                topic: self.tp.topic.clone(),
+                topic: self.tp.topic.to_string(),
                 partition: self.tp.partition,
                 offset: -1,
                 acked_isr: Vec::new(),

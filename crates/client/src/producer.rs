@@ -21,9 +21,9 @@ use crate::buffer::BufferPool;
 use crate::cluster::Cluster;
 use crate::config::ProducerConfig;
 use crate::error::{ClientError, ProduceError};
-use crate::metadata::TopicPartition;
 use crate::partitioner::{partition_for_key, StickyPartitioner};
 use crate::record::{now_ms, ProducerRecord, RecordMetadata};
+use syncline_proto::TopicPartition;
 
 /// State the producer handles and the sender task share.
 #[derive(Debug)]
@@ -303,9 +303,9 @@ impl Producer {
                 state.topics.insert(record.topic.clone());
             }
             let tp = match (record.partition, &record.key) {
-                (Some(p), _) => TopicPartition::new(record.topic.clone(), p),
+                (Some(p), _) => TopicPartition::new(&record.topic, p),
                 (None, Some(key)) => {
-                    TopicPartition::new(record.topic.clone(), partition_for_key(key, partitions))
+                    TopicPartition::new(&record.topic, partition_for_key(key, partitions))
                 }
                 (None, None) => {
                     let p = match state.sticky.current(&record.topic, partitions) {
@@ -314,14 +314,14 @@ impl Producer {
                             .sticky
                             .partition(&record.topic, partitions, &available()),
                     };
-                    let tp = TopicPartition::new(record.topic.clone(), p);
+                    let tp = TopicPartition::new(&record.topic, p);
                     if state.accumulator.would_start_batch(&tp, &fields) {
                         closed_full_batch = state.accumulator.close_open_batch(&tp);
                         let next =
                             state
                                 .sticky
                                 .on_new_batch(&record.topic, p, partitions, &available());
-                        TopicPartition::new(record.topic.clone(), next)
+                        TopicPartition::new(&record.topic, next)
                     } else {
                         tp
                     }

@@ -94,7 +94,7 @@ pub(crate) fn produce_request(
             records: batch.bytes(),
         };
         topics
-            .entry(batch.tp.topic.clone())
+            .entry(batch.tp.topic.to_string())
             .or_default()
             .push(partition);
     }
@@ -335,7 +335,7 @@ impl Sender {
             let answer = response
                 .topics
                 .iter()
-                .filter(|t| t.name == batch.tp.topic)
+                .filter(|t| *t.name == *batch.tp.topic)
                 .flat_map(|t| &t.partitions)
                 .find(|p| p.partition == batch.tp.partition);
             let Some(answer) = answer else {
@@ -526,7 +526,7 @@ mod tests {
     fn request_groups_batches_by_topic_with_leader_epochs() {
         use crate::accumulator::{Accumulator, AccumulatorConfig, RecordFields};
         use crate::buffer::Reservation;
-        use crate::metadata::TopicPartition;
+        use syncline_proto::TopicPartition;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .start_paused(true)
