@@ -18,7 +18,7 @@ use syncline_proto::batch::{self, BatchError};
 use syncline_proto::{pb, ErrorCode, CONSUMER_REPLICA_ID, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
 use tokio::time::Instant;
 
-use crate::cluster::{backoff, expect_body, Cluster};
+use crate::cluster::{expect_body, Cluster};
 use crate::config::{AutoOffsetReset, ConsumerConfig};
 use crate::error::ClientError;
 use crate::record::{ConsumerRecord, Header};
@@ -173,7 +173,8 @@ impl Consumer {
     /// seek to the beginning or end (or `auto_offset_reset`) is pending.
     pub async fn position(&mut self, tp: &TopicPartition) -> Result<i64, ClientError> {
         let deadline = Instant::now() + self.config.client.request_timeout();
-        let mut attempt = 0;
+        let backoff = self.config.client.retry_backoff();
+        let mut failures = 0;
         loop {
             match self.assignment.get(tp) {
                 None => {
@@ -187,8 +188,8 @@ impl Consumer {
             }
             self.refresh_metadata_if_wanted(true).await?;
             self.resolve_positions().await?;
-            attempt += 1;
-            let wake = Instant::now() + backoff(&self.config.client, attempt);
+            let wake = Instant::now() + backoff.delay(failures);
+            failures += 1;
             if matches!(self.assignment.get(tp), Some(Position::Offset(_))) {
                 continue;
             }

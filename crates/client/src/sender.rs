@@ -15,7 +15,7 @@ use syncline_proto::{pb, ErrorCode};
 use tokio::time::Instant;
 
 use crate::accumulator::ProducerBatch;
-use crate::cluster::{backoff, expect_body, Cluster};
+use crate::cluster::{expect_body, Cluster};
 use crate::config::{Acks, ClientConfig, ProducerConfig};
 use crate::error::{ClientError, ProduceError};
 use crate::producer::Shared;
@@ -59,7 +59,11 @@ pub(crate) fn retry_decision(
     if !retriable || attempts > policy.retries {
         return RetryDecision::Fail(error);
     }
-    let wait = backoff(policy.client, attempts);
+    // `attempts` counts sends, this failure included.
+    let wait = policy
+        .client
+        .retry_backoff()
+        .delay(attempts.saturating_sub(1));
     if now + wait >= deadline {
         return RetryDecision::Fail(ProduceError::DeliveryTimeout {
             timeout_ms: policy.delivery_timeout.as_millis() as u64,
