@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{IsTerminal, Write};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
@@ -24,6 +24,7 @@ use clap::Args;
 use http_body_util::{BodyExt, Empty};
 use serde_json::{json, Value};
 use syncline_client::{Admin, ClientConfig, ClusterDescription};
+use syncline_proto::wall_clock_ms;
 use tokio::time::Instant;
 
 use crate::errors::{explain, Ctx};
@@ -301,7 +302,8 @@ pub(crate) struct Row {
 /// One refresh: every broker's row.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Frame {
-    pub(crate) at: SystemTime,
+    /// When it was taken, ms since the Unix epoch.
+    pub(crate) at_ms: i64,
     pub(crate) rows: Vec<Row>,
 }
 
@@ -326,7 +328,7 @@ async fn take_frame(targets: &[Target], trackers: &mut BTreeMap<i32, RateTracker
         })
         .collect();
     Frame {
-        at: SystemTime::now(),
+        at_ms: wall_clock_ms(),
         rows,
     }
 }
@@ -335,9 +337,10 @@ fn rate(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{v:.3}"))
 }
 
-/// "14:02:07" (UTC).
-fn clock(at: SystemTime) -> String {
-    chrono::DateTime::<chrono::Utc>::from(at)
+/// "14:02:07" (UTC) from ms since the Unix epoch.
+fn clock(at_ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(at_ms)
+        .unwrap_or_default()
         .format("%H:%M:%S")
         .to_string()
 }
@@ -402,7 +405,7 @@ pub(crate) fn render_table(frame: &Frame) -> String {
     let mut out = format!(
         "Brokers: {}  At: {} UTC  ISR rates: {}\n\n",
         frame.rows.len(),
-        clock(frame.at),
+        clock(frame.at_ms),
         window.map_or_else(
             || "need two scrapes".to_string(),
             |w| format!("per second over the last {:.1}s", w.as_secs_f64())
@@ -444,7 +447,7 @@ pub(crate) fn render_lines(frame: &Frame, header: bool) -> String {
     if header {
         out.push_str(&line(columns.iter().map(|c| c.to_string()).collect()));
     }
-    let time = clock(frame.at);
+    let time = clock(frame.at_ms);
     for row in &frame.rows {
         let mut c = vec![time.clone()];
         match &row.health {
@@ -503,12 +506,8 @@ fn json_text(frame: &Frame, pretty: bool) -> Result<String> {
 /// The JSON for scripts: keys are the metric names without their `syncline_`
 /// prefix.
 pub(crate) fn render_json(frame: &Frame) -> Value {
-    let at_ms = frame
-        .at
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
     json!({
-        "time_ms": at_ms,
+        "time_ms": frame.at_ms,
         "brokers": frame.rows.iter().map(|row| match &row.health {
             Ok((h, r)) => json!({
                 "broker": row.broker,
@@ -632,8 +631,7 @@ mod tests {
 
     #[test]
     fn watch_lines_carry_the_utc_time_of_day() {
-        let at = SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_999);
-        assert_eq!(clock(at), "22:13:20");
+        assert_eq!(clock(1_700_000_000_999), "22:13:20");
     }
 
     const EXPOSITION: &str = "\
@@ -727,7 +725,7 @@ syncline_request_duration_seconds_bucket{le=\"+Inf\",api=\"Produce\"} 4
 
     fn frame(rates: Rates) -> Frame {
         Frame {
-            at: SystemTime::UNIX_EPOCH + Duration::from_secs(3600 * 14 + 62),
+            at_ms: (3600 * 14 + 62) * 1000,
             rows: vec![
                 Row {
                     broker: 1,

@@ -22,8 +22,8 @@ use crate::cluster::Cluster;
 use crate::config::ProducerConfig;
 use crate::error::{ClientError, ProduceError};
 use crate::partitioner::{partition_for_key, StickyPartitioner};
-use crate::record::{now_ms, ProducerRecord, RecordMetadata};
-use syncline_proto::TopicPartition;
+use crate::record::{ProducerRecord, RecordMetadata};
+use syncline_proto::{wall_clock_ms, TopicPartition};
 
 /// State the producer handles and the sender task share.
 #[derive(Debug)]
@@ -247,7 +247,7 @@ impl Producer {
                 .into());
             }
         }
-        let timestamp = record.timestamp.unwrap_or_else(now_ms);
+        let timestamp = record.timestamp.unwrap_or_else(wall_clock_ms);
         let fields = RecordFields {
             timestamp,
             key: record.key.as_deref(),
