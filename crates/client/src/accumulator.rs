@@ -827,12 +827,12 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn batch_holds_its_records_buffer_until_it_is_dropped() {
-        let pool = BufferPool::new(1000);
+        let pool = BufferPool::new(1000, Duration::ZERO);
         let mut acc = Accumulator::new(config());
         let t0 = Instant::now();
         let tp = TopicPartition::new("t", 0);
         for _ in 0..2 {
-            let r = pool.reserve(100, Duration::ZERO).await.unwrap();
+            let r = pool.reserve(100, Instant::now()).await.unwrap();
             let (tx, _rx) = oneshot::channel();
             let v = value(50);
             let fields = RecordFields {

@@ -141,7 +141,10 @@ impl Producer {
                 sticky: StickyPartitioner::default(),
                 topics: BTreeSet::new(),
             }),
-            buffer: BufferPool::new(config.buffer_memory),
+            buffer: BufferPool::new(
+                config.buffer_memory,
+                Duration::from_millis(config.max_block_ms),
+            ),
             wake: Notify::new(),
             completed: Notify::new(),
             closed: AtomicBool::new(false),
@@ -263,19 +266,7 @@ impl Producer {
                 setting: "max_request_size",
             });
         }
-        let reservation = shared
-            .buffer
-            .reserve(size, deadline.saturating_duration_since(Instant::now()))
-            .await
-            .map_err(|e| match e {
-                // The pool only knows what was left of the wait after the metadata
-                // lookup; the message must name the setting's value.
-                ProduceError::BufferFull { size, .. } => ProduceError::BufferFull {
-                    size,
-                    max_block_ms: inner.config.max_block_ms,
-                },
-                other => other,
-            })?;
+        let reservation = shared.buffer.reserve(size, deadline).await?;
         if shared.closed.load(Ordering::Acquire) {
             return Err(ProduceError::Closed);
         }
