@@ -180,15 +180,7 @@ pub(crate) enum ClusterCommand {
 
 /// `KEY=VALUE` with a dotted, lower-case Kafka config name.
 pub(crate) fn parse_config(s: &str) -> Result<(String, String), String> {
-    let Some((key, value)) = s.split_once('=') else {
-        return Err(format!(
-            "expected KEY=VALUE, e.g. min.insync.replicas=2 (got {s:?})"
-        ));
-    };
-    let key = key.trim();
-    if key.is_empty() {
-        return Err(format!("the config name before '=' is empty in {s:?}"));
-    }
+    let (key, value) = parse_key_value(s, "min.insync.replicas=2")?;
     if key.contains('_') {
         return Err(format!(
             "topic configs use Kafka's dotted names: did you mean {}?",
@@ -202,6 +194,19 @@ pub(crate) fn parse_config(s: &str) -> Result<(String, String), String> {
         return Err(format!(
             "{key:?} is not a config name (lower-case words separated by dots, e.g. retention.ms)"
         ));
+    }
+    Ok((key, value))
+}
+
+/// `KEY=VALUE`, both trimmed, the key not empty; `example` shows the form when
+/// there is no '='.
+pub(crate) fn parse_key_value(s: &str, example: &str) -> Result<(String, String), String> {
+    let Some((key, value)) = s.split_once('=') else {
+        return Err(format!("expected KEY=VALUE, e.g. {example} (got {s:?})"));
+    };
+    let key = key.trim();
+    if key.is_empty() {
+        return Err(format!("the name before '=' is empty in {s:?}"));
     }
     Ok((key.to_string(), value.trim().to_string()))
 }

@@ -78,7 +78,7 @@ pub(crate) async fn run(args: ConsumeArgs, bootstrap: &str) -> Result<()> {
     };
     let tps: Vec<TopicPartition> = partitions
         .into_iter()
-        .map(|p| TopicPartition::new(args.topic.clone(), p))
+        .map(|p| TopicPartition::new(&args.topic, p))
         .collect();
     consumer.assign(tps.clone());
     match args.offset {

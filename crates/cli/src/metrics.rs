@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{IsTerminal, Write};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
@@ -24,6 +24,7 @@ use clap::Args;
 use http_body_util::{BodyExt, Empty};
 use serde_json::{json, Value};
 use syncline_client::{Admin, ClientConfig, ClusterDescription};
+use syncline_proto::wall_clock_ms;
 use tokio::time::Instant;
 
 use crate::errors::{explain, Ctx};
@@ -130,12 +131,12 @@ pub(crate) fn parse_health(text: &str) -> Result<Health> {
 }
 
 /// Per-second rates of one broker's ISR counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Rates {
-    pub(crate) isr_shrinks_per_sec: Option<f64>,
-    pub(crate) isr_expands_per_sec: Option<f64>,
+    pub(crate) isr_shrinks_per_sec: f64,
+    pub(crate) isr_expands_per_sec: f64,
     /// The time between the two scrapes the rates come from.
-    pub(crate) window: Option<Duration>,
+    pub(crate) window: Duration,
 }
 
 /// Recent (time, shrinks, expands) samples of one broker, newest last.
@@ -145,8 +146,9 @@ pub(crate) struct RateTracker {
 }
 
 impl RateTracker {
-    /// Records a scrape taken at `now` and returns the rates over the last minute.
-    pub(crate) fn record(&mut self, now: Instant, shrinks: u64, expands: u64) -> Rates {
+    /// Records a scrape taken at `now` and returns the rates over the last minute
+    /// (none until two scrapes of the same broker process are apart in time).
+    pub(crate) fn record(&mut self, now: Instant, shrinks: u64, expands: u64) -> Option<Rates> {
         if let Some(&(_, s, e)) = self.samples.back() {
             // A counter that went down belongs to a new broker process: the history
             // before its restart says nothing about it.
@@ -165,18 +167,18 @@ impl RateTracker {
         let (Some(&(t0, s0, e0)), Some(&(t1, s1, e1))) =
             (self.samples.front(), self.samples.back())
         else {
-            return Rates::default();
+            return None;
         };
         let window = t1.saturating_duration_since(t0);
         if window.is_zero() {
-            return Rates::default();
+            return None;
         }
-        let per_sec = |a: u64, b: u64| Some((b - a) as f64 / window.as_secs_f64());
-        Rates {
+        let per_sec = |a: u64, b: u64| (b - a) as f64 / window.as_secs_f64();
+        Some(Rates {
             isr_shrinks_per_sec: per_sec(s0, s1),
             isr_expands_per_sec: per_sec(e0, e1),
-            window: Some(window),
-        }
+            window,
+        })
     }
 }
 
@@ -295,13 +297,14 @@ async fn scrape(target: &Target) -> Result<Health, String> {
 pub(crate) struct Row {
     pub(crate) broker: i32,
     pub(crate) address: Option<String>,
-    pub(crate) health: Result<(Health, Rates), String>,
+    pub(crate) health: Result<(Health, Option<Rates>), String>,
 }
 
 /// One refresh: every broker's row.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Frame {
-    pub(crate) at: SystemTime,
+    /// When it was taken, ms since the Unix epoch.
+    pub(crate) at_ms: i64,
     pub(crate) rows: Vec<Row>,
 }
 
@@ -326,7 +329,7 @@ async fn take_frame(targets: &[Target], trackers: &mut BTreeMap<i32, RateTracker
         })
         .collect();
     Frame {
-        at: SystemTime::now(),
+        at_ms: wall_clock_ms(),
         rows,
     }
 }
@@ -335,9 +338,10 @@ fn rate(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{v:.3}"))
 }
 
-/// "14:02:07" (UTC).
-fn clock(at: SystemTime) -> String {
-    chrono::DateTime::<chrono::Utc>::from(at)
+/// "14:02:07" (UTC) from ms since the Unix epoch.
+fn clock(at_ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(at_ms)
+        .unwrap_or_default()
         .format("%H:%M:%S")
         .to_string()
 }
@@ -378,9 +382,9 @@ fn cells(row: &Row) -> Vec<String> {
         h.at_min_isr_partition_count.to_string(),
         h.offline_partitions_count.to_string(),
         h.isr_shrinks_total.to_string(),
-        rate(r.isr_shrinks_per_sec),
+        rate(r.map(|r| r.isr_shrinks_per_sec)),
         h.isr_expands_total.to_string(),
-        rate(r.isr_expands_per_sec),
+        rate(r.map(|r| r.isr_expands_per_sec)),
         h.failed_isr_updates_total.to_string(),
         h.unclean_leader_elections_total.to_string(),
         h.replica_fetcher_max_lag.to_string(),
@@ -397,12 +401,17 @@ pub(crate) fn render_table(frame: &Frame) -> String {
     let window = frame
         .rows
         .iter()
-        .filter_map(|r| r.health.as_ref().ok().and_then(|(_, rates)| rates.window))
+        .filter_map(|r| {
+            r.health
+                .as_ref()
+                .ok()
+                .and_then(|(_, rates)| rates.map(|r| r.window))
+        })
         .max();
     let mut out = format!(
         "Brokers: {}  At: {} UTC  ISR rates: {}\n\n",
         frame.rows.len(),
-        clock(frame.at),
+        clock(frame.at_ms),
         window.map_or_else(
             || "need two scrapes".to_string(),
             |w| format!("per second over the last {:.1}s", w.as_secs_f64())
@@ -444,7 +453,7 @@ pub(crate) fn render_lines(frame: &Frame, header: bool) -> String {
     if header {
         out.push_str(&line(columns.iter().map(|c| c.to_string()).collect()));
     }
-    let time = clock(frame.at);
+    let time = clock(frame.at_ms);
     for row in &frame.rows {
         let mut c = vec![time.clone()];
         match &row.health {
@@ -503,12 +512,8 @@ fn json_text(frame: &Frame, pretty: bool) -> Result<String> {
 /// The JSON for scripts: keys are the metric names without their `syncline_`
 /// prefix.
 pub(crate) fn render_json(frame: &Frame) -> Value {
-    let at_ms = frame
-        .at
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
     json!({
-        "time_ms": at_ms,
+        "time_ms": frame.at_ms,
         "brokers": frame.rows.iter().map(|row| match &row.health {
             Ok((h, r)) => json!({
                 "broker": row.broker,
@@ -522,10 +527,10 @@ pub(crate) fn render_json(frame: &Frame) -> Value {
                 "at_min_isr_partition_count": h.at_min_isr_partition_count,
                 "offline_partitions_count": h.offline_partitions_count,
                 "isr_shrinks_total": h.isr_shrinks_total,
-                "isr_shrinks_per_sec": r.isr_shrinks_per_sec,
+                "isr_shrinks_per_sec": r.map(|r| r.isr_shrinks_per_sec),
                 "isr_expands_total": h.isr_expands_total,
-                "isr_expands_per_sec": r.isr_expands_per_sec,
-                "rate_window_seconds": r.window.map(|w| w.as_secs_f64()),
+                "isr_expands_per_sec": r.map(|r| r.isr_expands_per_sec),
+                "rate_window_seconds": r.map(|r| r.window.as_secs_f64()),
                 "failed_isr_updates_total": h.failed_isr_updates_total,
                 "unclean_leader_elections_total": h.unclean_leader_elections_total,
                 "replica_fetcher_max_lag": h.replica_fetcher_max_lag,
@@ -632,8 +637,7 @@ mod tests {
 
     #[test]
     fn watch_lines_carry_the_utc_time_of_day() {
-        let at = SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_999);
-        assert_eq!(clock(at), "22:13:20");
+        assert_eq!(clock(1_700_000_000_999), "22:13:20");
     }
 
     const EXPOSITION: &str = "\
@@ -705,29 +709,30 @@ syncline_request_duration_seconds_bucket{le=\"+Inf\",api=\"Produce\"} 4
         let t0 = Instant::now();
         let s = Duration::from_secs;
         let mut r = RateTracker::default();
-        assert_eq!(r.record(t0, 0, 0), Rates::default(), "one scrape: no rate");
-        let rates = r.record(t0 + s(10), 5, 1);
-        assert_eq!(rates.window, Some(s(10)));
-        assert_eq!(rates.isr_shrinks_per_sec, Some(0.5));
-        assert_eq!(rates.isr_expands_per_sec, Some(0.1));
+        assert_eq!(r.record(t0, 0, 0), None, "one scrape: no rate");
+        assert_eq!(r.record(t0, 0, 0), None, "no time between scrapes: no rate");
+        let rates = r.record(t0 + s(10), 5, 1).unwrap();
+        assert_eq!(rates.window, s(10));
+        assert_eq!(rates.isr_shrinks_per_sec, 0.5);
+        assert_eq!(rates.isr_expands_per_sec, 0.1);
         // 70 s after the first scrape it has left the window: the rate is over the
         // 60 s from the scrape at +10 s.
-        let rates = r.record(t0 + s(70), 11, 1);
-        assert_eq!(rates.window, Some(s(60)));
-        assert_eq!(rates.isr_shrinks_per_sec, Some(0.1));
-        assert_eq!(rates.isr_expands_per_sec, Some(0.0));
+        let rates = r.record(t0 + s(70), 11, 1).unwrap();
+        assert_eq!(rates.window, s(60));
+        assert_eq!(rates.isr_shrinks_per_sec, 0.1);
+        assert_eq!(rates.isr_expands_per_sec, 0.0);
         // The broker restarted (counters went down): history starts over.
-        assert_eq!(r.record(t0 + s(71), 0, 0), Rates::default());
+        assert_eq!(r.record(t0 + s(71), 0, 0), None);
         assert_eq!(
-            r.record(t0 + s(73), 2, 0).isr_shrinks_per_sec,
+            r.record(t0 + s(73), 2, 0).map(|r| r.isr_shrinks_per_sec),
             Some(1.0),
             "rates resume from the restart"
         );
     }
 
-    fn frame(rates: Rates) -> Frame {
+    fn frame(rates: Option<Rates>) -> Frame {
         Frame {
-            at: SystemTime::UNIX_EPOCH + Duration::from_secs(3600 * 14 + 62),
+            at_ms: (3600 * 14 + 62) * 1000,
             rows: vec![
                 Row {
                     broker: 1,
@@ -745,11 +750,11 @@ syncline_request_duration_seconds_bucket{le=\"+Inf\",api=\"Produce\"} 4
 
     #[test]
     fn table_shows_totals_rates_and_unreadable_brokers() {
-        let rates = Rates {
-            isr_shrinks_per_sec: Some(0.05),
-            isr_expands_per_sec: Some(0.0),
-            window: Some(Duration::from_secs(60)),
-        };
+        let rates = Some(Rates {
+            isr_shrinks_per_sec: 0.05,
+            isr_expands_per_sec: 0.0,
+            window: Duration::from_secs(60),
+        });
         let text = render_table(&frame(rates));
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
@@ -764,18 +769,18 @@ syncline_request_duration_seconds_bucket{le=\"+Inf\",api=\"Produce\"} 4
         assert_eq!(lines[4].split_whitespace().collect::<Vec<_>>(), ["2", "?"]);
         assert!(text.contains("broker 2: http://127.0.0.1:9102/metrics did not answer"));
         assert!(text.contains("* active controller"));
-        let one_scrape = render_table(&frame(Rates::default()));
+        let one_scrape = render_table(&frame(None));
         assert!(one_scrape.contains("ISR rates: need two scrapes"));
         assert!(one_scrape.lines().nth(3).unwrap().contains("  -  "));
     }
 
     #[test]
     fn json_uses_metric_names_and_reports_errors() {
-        let rates = Rates {
-            isr_shrinks_per_sec: Some(0.5),
-            isr_expands_per_sec: Some(0.0),
-            window: Some(Duration::from_secs(2)),
-        };
+        let rates = Some(Rates {
+            isr_shrinks_per_sec: 0.5,
+            isr_expands_per_sec: 0.0,
+            window: Duration::from_secs(2),
+        });
         let v = render_json(&frame(rates));
         assert_eq!(v["time_ms"], 50_462_000);
         let b1 = &v["brokers"][0];
@@ -794,11 +799,11 @@ syncline_request_duration_seconds_bucket{le=\"+Inf\",api=\"Produce\"} 4
 
     #[test]
     fn watch_redraws_in_place_on_a_terminal_only() {
-        let f = frame(Rates {
-            isr_shrinks_per_sec: Some(0.05),
-            isr_expands_per_sec: Some(0.0),
-            window: Some(Duration::from_secs(60)),
-        });
+        let f = frame(Some(Rates {
+            isr_shrinks_per_sec: 0.05,
+            isr_expands_per_sec: 0.0,
+            window: Duration::from_secs(60),
+        }));
         let table = render_table(&f);
         // A terminal: cleared once, then every frame is the table drawn from the
         // top over the previous one, each line cleared to its end and the rest of

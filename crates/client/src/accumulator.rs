@@ -20,8 +20,8 @@ use tokio::time::Instant;
 
 use crate::buffer::Reservation;
 use crate::error::ProduceError;
-use crate::metadata::TopicPartition;
 use crate::record::{Header, RecordMetadata};
+use syncline_proto::TopicPartition;
 
 /// What a callback given to [`crate::Producer::send_with_callback`] looks like.
 pub(crate) type Callback = Box<dyn FnOnce(Result<RecordMetadata, ProduceError>) + Send>;
@@ -212,7 +212,7 @@ impl ProducerBatch {
                 record.timestamp
             };
             record.done.deliver(Ok(RecordMetadata {
-                topic: self.tp.topic.clone(),
+                topic: self.tp.topic.to_string(),
                 partition: self.tp.partition,
                 offset: response.base_offset + index as i64,
                 acked_isr: response.acked_isr.clone(),
@@ -226,7 +226,7 @@ impl ProducerBatch {
     pub(crate) fn complete_unacknowledged(&mut self) {
         for record in std::mem::take(&mut self.records) {
             record.done.deliver(Ok(RecordMetadata {
-                topic: self.tp.topic.clone(),
+                topic: self.tp.topic.to_string(),
                 partition: self.tp.partition,
                 offset: -1,
                 acked_isr: Vec::new(),
@@ -827,12 +827,12 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn batch_holds_its_records_buffer_until_it_is_dropped() {
-        let pool = BufferPool::new(1000);
+        let pool = BufferPool::new(1000, Duration::ZERO);
         let mut acc = Accumulator::new(config());
         let t0 = Instant::now();
         let tp = TopicPartition::new("t", 0);
         for _ in 0..2 {
-            let r = pool.reserve(100, Duration::ZERO).await.unwrap();
+            let r = pool.reserve(100, Instant::now()).await.unwrap();
             let (tx, _rx) = oneshot::channel();
             let v = value(50);
             let fields = RecordFields {

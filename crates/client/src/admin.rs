@@ -13,7 +13,7 @@ use std::sync::Arc;
 use syncline_proto::{pb, ErrorCode};
 use tokio::time::Instant;
 
-use crate::cluster::{backoff, expect_body, Cluster};
+use crate::cluster::{expect_body, Cluster};
 use crate::config::ClientConfig;
 use crate::error::ClientError;
 use crate::metadata::BrokerEndpoint;
@@ -202,7 +202,8 @@ impl Admin {
         if topics.is_empty() {
             return Ok(Vec::new());
         }
-        let mut attempt = 0;
+        let backoff = config.retry_backoff();
+        let mut failures = 0;
         loop {
             let pending: Vec<&NewTopic> = topics
                 .iter()
@@ -228,8 +229,8 @@ impl Admin {
                 .send_any(pb::request::Body::CreateTopics(request))
                 .await?;
             let response = expect_body!(body, CreateTopics)?;
-            attempt += 1;
-            let retry_at = Instant::now() + backoff(config, attempt);
+            let retry_at = Instant::now() + backoff.delay(failures);
+            failures += 1;
             let mut retry = false;
             for (i, topic) in topics.iter().enumerate() {
                 if results[i].is_some() {

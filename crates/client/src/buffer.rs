@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 use crate::error::ProduceError;
 
@@ -15,6 +16,8 @@ use crate::error::ProduceError;
 pub(crate) struct BufferPool {
     semaphore: Arc<Semaphore>,
     total_bytes: usize,
+    /// `max_block_ms`, for the error of a wait that ran out.
+    max_block: Duration,
 }
 
 /// Bytes held by records; returned to the pool when dropped.
@@ -48,11 +51,12 @@ impl Reservation {
 }
 
 impl BufferPool {
-    /// A pool of `total_bytes`.
-    pub(crate) fn new(total_bytes: usize) -> Self {
+    /// A pool of `total_bytes` whose sends wait up to `max_block` for room.
+    pub(crate) fn new(total_bytes: usize, max_block: Duration) -> Self {
         BufferPool {
             semaphore: Arc::new(Semaphore::new(total_bytes.min(Semaphore::MAX_PERMITS))),
             total_bytes,
+            max_block,
         }
     }
 
@@ -62,11 +66,12 @@ impl BufferPool {
         self.semaphore.available_permits()
     }
 
-    /// Reserves `bytes`, waiting up to `max_block` for room.
+    /// Reserves `bytes`, waiting until `deadline` (the send's `max_block_ms`
+    /// deadline, which the metadata wait shares) for room.
     pub(crate) async fn reserve(
         &self,
         bytes: usize,
-        max_block: Duration,
+        deadline: Instant,
     ) -> Result<Reservation, ProduceError> {
         if bytes > self.total_bytes {
             return Err(ProduceError::RecordTooLarge {
@@ -90,21 +95,17 @@ impl BufferPool {
                 permit: Some(permit),
             });
         }
-        let full = || ProduceError::BufferFull {
-            size: bytes,
-            max_block_ms: max_block.as_millis() as u64,
-        };
-        match tokio::time::timeout(
-            max_block,
-            self.semaphore.clone().acquire_many_owned(permits),
-        )
-        .await
+        match tokio::time::timeout_at(deadline, self.semaphore.clone().acquire_many_owned(permits))
+            .await
         {
             Ok(Ok(permit)) => Ok(Reservation {
                 permit: Some(permit),
             }),
             Ok(Err(_closed)) => Err(ProduceError::Closed),
-            Err(_elapsed) => Err(full()),
+            Err(_elapsed) => Err(ProduceError::BufferFull {
+                size: bytes,
+                max_block_ms: self.max_block.as_millis() as u64,
+            }),
         }
     }
 
@@ -119,13 +120,13 @@ mod tests {
     use super::*;
 
     #[tokio::test(start_paused = true)]
-    async fn full_buffer_blocks_then_fails_after_max_block() {
-        let pool = BufferPool::new(100);
-        let held = pool.reserve(80, Duration::from_secs(1)).await.unwrap();
+    async fn full_buffer_blocks_then_fails_at_the_deadline() {
+        let pool = BufferPool::new(100, Duration::from_millis(500));
+        let start = Instant::now();
+        let held = pool.reserve(80, start).await.unwrap();
         assert_eq!((held.bytes(), pool.available()), (80, 20));
-        let start = tokio::time::Instant::now();
         let err = pool
-            .reserve(30, Duration::from_millis(500))
+            .reserve(30, start + Duration::from_millis(500))
             .await
             .unwrap_err();
         assert!(
@@ -145,13 +146,14 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn completion_releases_room_to_a_waiter() {
-        let pool = BufferPool::new(100);
-        let mut batch = pool.reserve(60, Duration::ZERO).await.unwrap();
-        batch.merge(pool.reserve(30, Duration::ZERO).await.unwrap());
+        let pool = BufferPool::new(100, Duration::from_secs(60));
+        let now = Instant::now();
+        let mut batch = pool.reserve(60, now).await.unwrap();
+        batch.merge(pool.reserve(30, now).await.unwrap());
         assert_eq!(batch.bytes(), 90);
         let waiter = tokio::spawn({
             let pool = pool.clone();
-            async move { pool.reserve(50, Duration::from_secs(60)).await }
+            async move { pool.reserve(50, now + Duration::from_secs(60)).await }
         });
         tokio::time::advance(Duration::from_secs(10)).await;
         assert!(!waiter.is_finished());
@@ -162,18 +164,19 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn larger_than_the_whole_buffer_fails_at_once_and_close_wakes_waiters() {
-        let pool = BufferPool::new(100);
+        let pool = BufferPool::new(100, Duration::from_secs(60));
+        let deadline = Instant::now() + Duration::from_secs(60);
         assert!(matches!(
-            pool.reserve(101, Duration::from_secs(60)).await,
+            pool.reserve(101, deadline).await,
             Err(ProduceError::RecordTooLarge {
                 setting: "buffer_memory",
                 ..
             })
         ));
-        let _all = pool.reserve(100, Duration::ZERO).await.unwrap();
+        let _all = pool.reserve(100, Instant::now()).await.unwrap();
         let waiter = tokio::spawn({
             let pool = pool.clone();
-            async move { pool.reserve(1, Duration::from_secs(60)).await }
+            async move { pool.reserve(1, deadline).await }
         });
         tokio::task::yield_now().await;
         pool.close();

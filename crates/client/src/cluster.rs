@@ -228,7 +228,8 @@ impl Cluster {
         if let Some(n) = self.with_metadata(|m| m.partition_count(topic)) {
             return Ok(n);
         }
-        let mut attempt = 0;
+        let backoff = self.config.retry_backoff();
+        let mut failures = 0;
         loop {
             let outcome = self.refresh_metadata(vec![topic.to_string()]).await;
             let err = match outcome {
@@ -269,8 +270,8 @@ impl Cluster {
                 Err(e) if e.is_retriable() => e,
                 Err(e) => return Err(e),
             };
-            attempt += 1;
-            let wake = Instant::now() + backoff(&self.config, attempt);
+            let wake = Instant::now() + backoff.delay(failures);
+            failures += 1;
             if wake >= deadline {
                 return Err(err);
             }
@@ -280,28 +281,9 @@ impl Cluster {
     }
 }
 
-/// The wait before retry number `attempt` (1-based): `retry_backoff_ms` doubling
-/// per attempt, at most `retry_backoff_max_ms`.
-pub(crate) fn backoff(config: &ClientConfig, attempt: u32) -> Duration {
-    let base = config.retry_backoff_ms.max(1);
-    let factor = 1u64 << attempt.saturating_sub(1).min(20);
-    Duration::from_millis(
-        base.saturating_mul(factor)
-            .min(config.retry_backoff_max_ms.max(base)),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_the_max() {
-        let c = ClientConfig::default();
-        let ms: Vec<u128> = (1..=6).map(|a| backoff(&c, a).as_millis()).collect();
-        assert_eq!(ms, [100, 200, 400, 800, 1000, 1000]);
-        assert_eq!(backoff(&c, 1000).as_millis(), 1000);
-    }
 
     #[tokio::test(start_paused = true)]
     async fn a_request_timeout_closes_the_connection() {

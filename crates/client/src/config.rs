@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use syncline_proto::pb::IsolationLevel;
+use syncline_proto::Backoff;
 
 use crate::error::ClientError;
 
@@ -76,6 +77,17 @@ impl ClientConfig {
     /// `request_timeout_ms` as a duration.
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.request_timeout_ms)
+    }
+
+    /// The wait before each retry of a failed request: `retry_backoff_ms` (at
+    /// least 1 ms, so that a retry loop never spins) doubling per retry, at most
+    /// `retry_backoff_max_ms` but never less than `retry_backoff_ms`.
+    pub(crate) fn retry_backoff(&self) -> Backoff {
+        let initial_ms = self.retry_backoff_ms.max(1);
+        Backoff::new(
+            Duration::from_millis(initial_ms),
+            Duration::from_millis(self.retry_backoff_max_ms.max(initial_ms)),
+        )
     }
 
     /// Checks ranges.
@@ -455,6 +467,24 @@ impl ConsumerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_backoff_doubles_from_retry_backoff_ms_up_to_the_max() {
+        let ms = |c: &ClientConfig| -> Vec<u128> {
+            let b = c.retry_backoff();
+            [0, 1, 2, 3, 4, 5, 999]
+                .map(|f| b.delay(f).as_millis())
+                .to_vec()
+        };
+        let mut c = ClientConfig::default();
+        assert_eq!(ms(&c), [100, 200, 400, 800, 1000, 1000, 1000]);
+        // A max below retry_backoff_ms does not shorten the first wait.
+        (c.retry_backoff_ms, c.retry_backoff_max_ms) = (500, 100);
+        assert_eq!(ms(&c), [500; 7]);
+        // No backoff at all would make retry loops spin.
+        (c.retry_backoff_ms, c.retry_backoff_max_ms) = (0, 0);
+        assert_eq!(ms(&c), [1; 7]);
+    }
 
     #[test]
     fn defaults_are_kafkas() {

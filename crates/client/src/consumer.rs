@@ -18,11 +18,11 @@ use syncline_proto::batch::{self, BatchError};
 use syncline_proto::{pb, ErrorCode, CONSUMER_REPLICA_ID, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
 use tokio::time::Instant;
 
-use crate::cluster::{backoff, expect_body, Cluster};
+use crate::cluster::{expect_body, Cluster};
 use crate::config::{AutoOffsetReset, ConsumerConfig};
 use crate::error::ClientError;
-use crate::metadata::TopicPartition;
 use crate::record::{ConsumerRecord, Header};
+use syncline_proto::TopicPartition;
 
 /// Where a partition will be read from next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,7 +144,7 @@ impl Consumer {
                 Ok(())
             }
             None => Err(ClientError::NotAssigned {
-                topic: tp.topic.clone(),
+                topic: tp.topic.to_string(),
                 partition: tp.partition,
             }),
         }
@@ -173,12 +173,13 @@ impl Consumer {
     /// seek to the beginning or end (or `auto_offset_reset`) is pending.
     pub async fn position(&mut self, tp: &TopicPartition) -> Result<i64, ClientError> {
         let deadline = Instant::now() + self.config.client.request_timeout();
-        let mut attempt = 0;
+        let backoff = self.config.client.retry_backoff();
+        let mut failures = 0;
         loop {
             match self.assignment.get(tp) {
                 None => {
                     return Err(ClientError::NotAssigned {
-                        topic: tp.topic.clone(),
+                        topic: tp.topic.to_string(),
                         partition: tp.partition,
                     })
                 }
@@ -187,8 +188,8 @@ impl Consumer {
             }
             self.refresh_metadata_if_wanted(true).await?;
             self.resolve_positions().await?;
-            attempt += 1;
-            let wake = Instant::now() + backoff(&self.config.client, attempt);
+            let wake = Instant::now() + backoff.delay(failures);
+            failures += 1;
             if matches!(self.assignment.get(tp), Some(Position::Offset(_))) {
                 continue;
             }
@@ -243,8 +244,8 @@ impl Consumer {
     }
 
     fn topics(&self) -> Vec<String> {
-        let topics: BTreeSet<&String> = self.assignment.keys().map(|tp| &tp.topic).collect();
-        topics.into_iter().cloned().collect()
+        let topics: BTreeSet<&str> = self.assignment.keys().map(|tp| &*tp.topic).collect();
+        topics.into_iter().map(str::to_owned).collect()
     }
 
     /// Refreshes metadata when an error asked for it (at most once per
@@ -296,7 +297,7 @@ impl Consumer {
                     AutoOffsetReset::Latest => LATEST_TIMESTAMP,
                     AutoOffsetReset::None => {
                         return Err(ClientError::NoOffset {
-                            topic: tp.topic.clone(),
+                            topic: tp.topic.to_string(),
                             partition: tp.partition,
                         })
                     }
@@ -339,7 +340,7 @@ impl Consumer {
             };
             for topic in &response.topics {
                 for p in &topic.partitions {
-                    let tp = TopicPartition::new(topic.name.clone(), p.partition);
+                    let tp = TopicPartition::new(&topic.name, p.partition);
                     let code = ErrorCode::from_wire(p.error_code);
                     match code {
                         ErrorCode::None => {
@@ -354,7 +355,7 @@ impl Consumer {
                         }
                         code => {
                             return Err(ClientError::Partition {
-                                topic: tp.topic,
+                                topic: tp.topic.to_string(),
                                 partition: tp.partition,
                                 code,
                             })
@@ -468,7 +469,7 @@ impl Consumer {
         }
         for topic in &response.responses {
             for data in &topic.partitions {
-                let tp = TopicPartition::new(topic.topic.clone(), data.partition);
+                let tp = TopicPartition::new(&topic.topic, data.partition);
                 let Some(&(_, fetched_from)) = done.sent.iter().find(|(t, _)| *t == tp) else {
                     continue;
                 };
@@ -500,7 +501,7 @@ impl Consumer {
                             AutoOffsetReset::Latest => Position::Reset(LATEST_TIMESTAMP),
                             AutoOffsetReset::None => {
                                 return Err(ClientError::OffsetOutOfRange {
-                                    topic: tp.topic,
+                                    topic: tp.topic.to_string(),
                                     partition: tp.partition,
                                     offset: fetched_from,
                                 })
@@ -517,7 +518,7 @@ impl Consumer {
                     }
                     code => {
                         return Err(ClientError::Partition {
-                            topic: tp.topic,
+                            topic: tp.topic.to_string(),
                             partition: tp.partition,
                             code,
                         })
@@ -609,7 +610,7 @@ pub(crate) fn decode_records(
     fetch_offset: i64,
 ) -> Result<(Vec<ConsumerRecord>, Option<i64>), ClientError> {
     let corrupt = |source: BatchError| ClientError::CorruptRecords {
-        topic: tp.topic.clone(),
+        topic: tp.topic.to_string(),
         partition: tp.partition,
         offset: fetch_offset,
         source,
@@ -634,7 +635,7 @@ pub(crate) fn decode_records(
             }
             let slice = |s: &[u8]| records.slice_ref(s);
             out.push(ConsumerRecord {
-                topic: tp.topic.clone(),
+                topic: tp.topic.to_string(),
                 partition: tp.partition,
                 offset: record.offset,
                 timestamp: record.timestamp,

@@ -90,8 +90,8 @@ pub use config::{Acks, AutoOffsetReset, ClientConfig, ConsumerConfig, ProducerCo
 pub use connection::Connection;
 pub use consumer::Consumer;
 pub use error::{ClientError, ProduceError};
-pub use metadata::{BrokerEndpoint, PartitionInfo, TopicPartition};
+pub use metadata::{BrokerEndpoint, PartitionInfo};
 pub use producer::{DeliveryFuture, Producer};
 pub use record::{ConsumerRecord, Header, ProducerRecord, RecordMetadata};
 pub use syncline_proto::pb::IsolationLevel;
-pub use syncline_proto::ErrorCode;
+pub use syncline_proto::{ErrorCode, TopicPartition};

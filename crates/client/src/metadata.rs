@@ -4,33 +4,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use syncline_proto::{pb, ErrorCode};
+use syncline_proto::{pb, ErrorCode, TopicPartition};
 use tokio::time::Instant;
-
-/// A partition of a topic.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TopicPartition {
-    /// Topic name.
-    pub topic: String,
-    /// Partition number, from 0.
-    pub partition: i32,
-}
-
-impl TopicPartition {
-    /// `topic`-`partition`.
-    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
-        TopicPartition {
-            topic: topic.into(),
-            partition,
-        }
-    }
-}
-
-impl std::fmt::Display for TopicPartition {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}-{}", self.topic, self.partition)
-    }
-}
 
 /// A broker's client endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,7 +157,7 @@ impl Metadata {
     /// A partition's metadata.
     pub(crate) fn partition(&self, tp: &TopicPartition) -> Option<&PartitionInfo> {
         self.topics
-            .get(&tp.topic)?
+            .get(&*tp.topic)?
             .partitions
             .iter()
             .find(|p| p.partition == tp.partition)
@@ -209,7 +184,7 @@ impl Metadata {
         if leader < 0 || !self.brokers.contains_key(&leader) {
             return false;
         }
-        let Some(p) = self.topics.get_mut(&tp.topic).and_then(|t| {
+        let Some(p) = self.topics.get_mut(&*tp.topic).and_then(|t| {
             t.partitions
                 .iter_mut()
                 .find(|p| p.partition == tp.partition)

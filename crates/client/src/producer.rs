@@ -21,9 +21,9 @@ use crate::buffer::BufferPool;
 use crate::cluster::Cluster;
 use crate::config::ProducerConfig;
 use crate::error::{ClientError, ProduceError};
-use crate::metadata::TopicPartition;
 use crate::partitioner::{partition_for_key, StickyPartitioner};
-use crate::record::{now_ms, ProducerRecord, RecordMetadata};
+use crate::record::{ProducerRecord, RecordMetadata};
+use syncline_proto::{wall_clock_ms, TopicPartition};
 
 /// State the producer handles and the sender task share.
 #[derive(Debug)]
@@ -141,7 +141,10 @@ impl Producer {
                 sticky: StickyPartitioner::default(),
                 topics: BTreeSet::new(),
             }),
-            buffer: BufferPool::new(config.buffer_memory),
+            buffer: BufferPool::new(
+                config.buffer_memory,
+                Duration::from_millis(config.max_block_ms),
+            ),
             wake: Notify::new(),
             completed: Notify::new(),
             closed: AtomicBool::new(false),
@@ -247,7 +250,7 @@ impl Producer {
                 .into());
             }
         }
-        let timestamp = record.timestamp.unwrap_or_else(now_ms);
+        let timestamp = record.timestamp.unwrap_or_else(wall_clock_ms);
         let fields = RecordFields {
             timestamp,
             key: record.key.as_deref(),
@@ -263,19 +266,7 @@ impl Producer {
                 setting: "max_request_size",
             });
         }
-        let reservation = shared
-            .buffer
-            .reserve(size, deadline.saturating_duration_since(Instant::now()))
-            .await
-            .map_err(|e| match e {
-                // The pool only knows what was left of the wait after the metadata
-                // lookup; the message must name the setting's value.
-                ProduceError::BufferFull { size, .. } => ProduceError::BufferFull {
-                    size,
-                    max_block_ms: inner.config.max_block_ms,
-                },
-                other => other,
-            })?;
+        let reservation = shared.buffer.reserve(size, deadline).await?;
         if shared.closed.load(Ordering::Acquire) {
             return Err(ProduceError::Closed);
         }
@@ -303,9 +294,9 @@ impl Producer {
                 state.topics.insert(record.topic.clone());
             }
             let tp = match (record.partition, &record.key) {
-                (Some(p), _) => TopicPartition::new(record.topic.clone(), p),
+                (Some(p), _) => TopicPartition::new(&record.topic, p),
                 (None, Some(key)) => {
-                    TopicPartition::new(record.topic.clone(), partition_for_key(key, partitions))
+                    TopicPartition::new(&record.topic, partition_for_key(key, partitions))
                 }
                 (None, None) => {
                     let p = match state.sticky.current(&record.topic, partitions) {
@@ -314,14 +305,14 @@ impl Producer {
                             .sticky
                             .partition(&record.topic, partitions, &available()),
                     };
-                    let tp = TopicPartition::new(record.topic.clone(), p);
+                    let tp = TopicPartition::new(&record.topic, p);
                     if state.accumulator.would_start_batch(&tp, &fields) {
                         closed_full_batch = state.accumulator.close_open_batch(&tp);
                         let next =
                             state
                                 .sticky
                                 .on_new_batch(&record.topic, p, partitions, &available());
-                        TopicPartition::new(record.topic.clone(), next)
+                        TopicPartition::new(&record.topic, next)
                     } else {
                         tp
                     }

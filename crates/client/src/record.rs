@@ -116,11 +116,3 @@ pub struct ConsumerRecord {
     /// Headers.
     pub headers: Vec<Header>,
 }
-
-/// Milliseconds since the Unix epoch, from the wall clock (record timestamps are
-/// the one use of wall-clock time).
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}

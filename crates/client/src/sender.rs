@@ -15,7 +15,7 @@ use syncline_proto::{pb, ErrorCode};
 use tokio::time::Instant;
 
 use crate::accumulator::ProducerBatch;
-use crate::cluster::{backoff, expect_body, Cluster};
+use crate::cluster::{expect_body, Cluster};
 use crate::config::{Acks, ClientConfig, ProducerConfig};
 use crate::error::{ClientError, ProduceError};
 use crate::producer::Shared;
@@ -59,7 +59,11 @@ pub(crate) fn retry_decision(
     if !retriable || attempts > policy.retries {
         return RetryDecision::Fail(error);
     }
-    let wait = backoff(policy.client, attempts);
+    // `attempts` counts sends, this failure included.
+    let wait = policy
+        .client
+        .retry_backoff()
+        .delay(attempts.saturating_sub(1));
     if now + wait >= deadline {
         return RetryDecision::Fail(ProduceError::DeliveryTimeout {
             timeout_ms: policy.delivery_timeout.as_millis() as u64,
@@ -94,7 +98,7 @@ pub(crate) fn produce_request(
             records: batch.bytes(),
         };
         topics
-            .entry(batch.tp.topic.clone())
+            .entry(batch.tp.topic.to_string())
             .or_default()
             .push(partition);
     }
@@ -335,7 +339,7 @@ impl Sender {
             let answer = response
                 .topics
                 .iter()
-                .filter(|t| t.name == batch.tp.topic)
+                .filter(|t| *t.name == *batch.tp.topic)
                 .flat_map(|t| &t.partitions)
                 .find(|p| p.partition == batch.tp.partition);
             let Some(answer) = answer else {
@@ -526,7 +530,7 @@ mod tests {
     fn request_groups_batches_by_topic_with_leader_epochs() {
         use crate::accumulator::{Accumulator, AccumulatorConfig, RecordFields};
         use crate::buffer::Reservation;
-        use crate::metadata::TopicPartition;
+        use syncline_proto::TopicPartition;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .start_paused(true)

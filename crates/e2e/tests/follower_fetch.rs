@@ -119,7 +119,7 @@ async fn consumer_is_sent_to_and_served_by_a_replica_in_its_rack() {
     let mut config = syncline_client::ConsumerConfig::new(&cluster.addrs.join(","));
     config.client_rack = rack.clone();
     let mut consumer = syncline_client::Consumer::new(config).unwrap();
-    let tp = syncline_client::TopicPartition::new("ff".to_string(), 0);
+    let tp = syncline_client::TopicPartition::new("ff", 0);
     consumer.assign(vec![tp.clone()]);
     consumer.seek(&tp, 0).unwrap();
     let mut got = Vec::new();

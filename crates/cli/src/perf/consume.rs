@@ -74,7 +74,7 @@ pub(crate) async fn run(args: ConsumeArgs, bootstrap: &str) -> Result<()> {
         .await
         .map_err(fail)?
         .into_iter()
-        .map(|p| TopicPartition::new(args.topic.clone(), p))
+        .map(|p| TopicPartition::new(&args.topic, p))
         .collect();
     consumer.assign(tps.clone());
     if args.from_latest {

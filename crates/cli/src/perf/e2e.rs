@@ -52,7 +52,7 @@ pub(crate) async fn run(args: E2eArgs, bootstrap: &str) -> Result<()> {
     let producer = Producer::new(producer_config).map_err(|e| anyhow!(explain(&e, ctx)))?;
     producer.partition_count(&args.topic).await.map_err(fail)?;
     let mut consumer = Consumer::new(consumer_config).map_err(fail)?;
-    let tp = TopicPartition::new(args.topic.clone(), 0);
+    let tp = TopicPartition::new(&args.topic, 0);
     consumer.assign(vec![tp.clone()]);
     consumer
         .seek_to_end(std::slice::from_ref(&tp))

@@ -126,14 +126,9 @@ pub(crate) async fn run(command: PerfCommand, bootstrap: &str) -> Result<()> {
     }
 }
 
-/// `KEY=VALUE` of a client setting.
+/// `KEY=VALUE` of a client setting (the name is checked when the config is built).
 fn parse_prop(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
-        _ => Err(format!(
-            "expected KEY=VALUE with a Kafka client setting, e.g. linger.ms=5 (got {s:?})"
-        )),
-    }
+    crate::args::parse_key_value(s, "linger.ms=5")
 }
 
 /// A producer configuration: defaults, the bootstrap list, then `props`.
@@ -215,7 +210,10 @@ mod tests {
                 ("linger.ms".to_string(), "5".to_string())
             ]
         );
-        assert!(parse_prop("acks").unwrap_err().contains("KEY=VALUE"));
+        assert!(parse_prop("acks")
+            .unwrap_err()
+            .contains("KEY=VALUE, e.g. linger.ms=5"));
+        assert!(parse_prop(" = 5").unwrap_err().contains("empty"));
     }
 
     #[test]
