@@ -216,10 +216,15 @@ impl Cluster {
         }
     }
 
-    /// SIGSTOP: the process freezes (a long GC pause).
+    /// SIGSTOP: the process freezes (a long GC pause). Returns once every thread
+    /// of it has stopped.
     pub fn pause(&mut self, id: i32) {
-        self.nodes[id as usize - 1].signal(Signal::SIGSTOP);
-        self.nodes[id as usize - 1].paused = true;
+        let node = &mut self.nodes[id as usize - 1];
+        node.signal(Signal::SIGSTOP);
+        node.paused = true;
+        if let Some(pid) = node.pid() {
+            wait_all_threads_stopped(id, pid);
+        }
     }
 
     /// SIGCONT.
@@ -397,6 +402,44 @@ impl Cluster {
             "metric {name} not exported by broker {id}"
         );
         Ok(found.iter().sum())
+    }
+}
+
+/// Waits until every thread of process `pid` (broker `id`) is stopped.
+///
+/// `kill(SIGSTOP)` returns as soon as the signal is queued. The kernel stops a
+/// multi-threaded process when the one thread it picked gets the CPU and starts
+/// the group stop; until then the other threads run on. On a loaded machine that
+/// is long enough for a "paused" follower to fetch a record produced after
+/// `pause` returned, and acknowledge it. Blocking (a few milliseconds at most
+/// when the machine is idle), so that `pause` stays a plain call.
+fn wait_all_threads_stopped(id: i32, pid: u32) {
+    let tasks = PathBuf::from(format!("/proc/{pid}/task"));
+    // Not Linux (no /proc): nothing to wait on.
+    if !tasks.exists() {
+        return;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let states: Vec<char> = std::fs::read_dir(&tasks)
+            .map(|dir| {
+                dir.filter_map(|t| {
+                    let stat = std::fs::read_to_string(t.ok()?.path().join("stat")).ok()?;
+                    // "tid (comm) S ...": comm may hold spaces and parentheses.
+                    stat.rsplit_once(") ")?.1.chars().next()
+                })
+                .collect()
+            })
+            .unwrap_or_default();
+        // Stopped (T), traced (t), or gone (Z, X, or no threads left).
+        if states.iter().all(|s| matches!(s, 'T' | 't' | 'Z' | 'X')) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "broker {id} (pid {pid}) not stopped 20 s after SIGSTOP: thread states {states:?}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
