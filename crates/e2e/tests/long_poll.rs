@@ -7,6 +7,10 @@ use syncline_e2e::inprocess::*;
 use syncline_proto::pb::response::Body as Resp;
 use tokio::time::Instant;
 
+/// How long the tests wait for a state they poll for (a generous bound: a loaded
+/// two-core machine can stall the broker's tasks for seconds).
+const WAIT: Duration = Duration::from_secs(20);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_poll_answers_on_data_not_at_the_deadline() {
     let cluster = TestCluster::start(1, "").await;
@@ -14,12 +18,15 @@ async fn long_poll_answers_on_data_not_at_the_deadline() {
     let consumer = cluster.connect(1).await;
     let producer = cluster.connect(1).await;
 
+    // A deadline far beyond any scheduling delay: an answer well before it was
+    // caused by the data.
+    const MAX_WAIT_MS: i32 = 60_000;
     let started = Instant::now();
     let poll = tokio::spawn({
         let consumer = consumer.clone();
         async move {
             let resp = consumer
-                .send(fetch_request("lp", 0, 0, 5_000, 1))
+                .send(fetch_request("lp", 0, 0, MAX_WAIT_MS, 1))
                 .await
                 .unwrap();
             (resp, Instant::now())
@@ -34,14 +41,13 @@ async fn long_poll_answers_on_data_not_at_the_deadline() {
             .purgatory_sizes()
             .0
     };
-    syncline_e2e::wait_for(
-        "the fetch to wait in the purgatory",
-        Duration::from_secs(2),
-        || async { purgatory() == 1 },
-    )
+    syncline_e2e::wait_for("the fetch to wait in the purgatory", WAIT, || async {
+        purgatory() == 1
+    })
     .await;
+    // Still waiting a moment later: nothing but data will answer it.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let appended = Instant::now();
+    assert!(!poll.is_finished(), "the fetch was answered without data");
     let r = produce(&producer, "lp", 0, 1, batch(&[b"wake up"])).await;
     assert_eq!(r.error_code, 0);
     let (resp, answered) = poll.await.unwrap();
@@ -50,14 +56,10 @@ async fn long_poll_answers_on_data_not_at_the_deadline() {
     };
     let data = &f.responses[0].partitions[0];
     assert_eq!(values(&data.records), vec![(0, b"wake up".to_vec())]);
-    let after_append = answered.duration_since(appended);
+    let waited = answered.duration_since(started);
     assert!(
-        after_append < Duration::from_millis(500),
-        "answered {after_append:?} after the append"
-    );
-    assert!(
-        answered.duration_since(started) < Duration::from_secs(4),
-        "answered at the deadline, not on data"
+        waited < Duration::from_millis(MAX_WAIT_MS as u64 / 2),
+        "answered after {waited:?}: at the deadline, not on data"
     );
     assert_eq!(purgatory(), 0);
 }
@@ -67,9 +69,10 @@ async fn long_poll_with_no_data_answers_empty_at_the_deadline() {
     let cluster = TestCluster::start(1, "").await;
     cluster.create_topic("lp", 1, 1, &[]).await;
     let consumer = cluster.connect(1).await;
+    const MAX_WAIT_MS: u64 = 700;
     let started = Instant::now();
     let resp = consumer
-        .send(fetch_request("lp", 0, 0, 700, 1))
+        .send(fetch_request("lp", 0, 0, MAX_WAIT_MS as i32, 1))
         .await
         .unwrap();
     let waited = started.elapsed();
@@ -80,11 +83,14 @@ async fn long_poll_with_no_data_answers_empty_at_the_deadline() {
     assert_eq!(data.error_code, 0);
     assert!(data.records.is_empty());
     assert!(
-        waited >= Duration::from_millis(700),
+        waited >= Duration::from_millis(MAX_WAIT_MS),
         "answered early: {waited:?}"
     );
+    // Answered by its own deadline (how exactly the timer keeps it is tested with
+    // paused time in the purgatory crate): the bound only allows for a loaded
+    // machine's scheduling, which can stall the broker for a second or more.
     assert!(
-        waited < Duration::from_millis(1_500),
+        waited < Duration::from_millis(MAX_WAIT_MS) + Duration::from_secs(10),
         "answered late: {waited:?}"
     );
 }
@@ -102,17 +108,15 @@ async fn closing_the_connection_cancels_its_waiting_fetches() {
             });
         }
         let rm = cluster.broker(1).broker().replica_manager();
-        syncline_e2e::wait_for("three waiting fetches", Duration::from_secs(2), || async {
+        syncline_e2e::wait_for("three waiting fetches", WAIT, || async {
             rm.purgatory_sizes().0 == 3
         })
         .await;
         consumer.close();
     }
     let rm = cluster.broker(1).broker().replica_manager();
-    syncline_e2e::wait_for(
-        "the fetches to be cancelled",
-        Duration::from_secs(2),
-        || async { rm.purgatory_sizes().0 == 0 },
-    )
+    syncline_e2e::wait_for("the fetches to be cancelled", WAIT, || async {
+        rm.purgatory_sizes().0 == 0
+    })
     .await;
 }

@@ -5,6 +5,10 @@ use std::time::Duration;
 use syncline_e2e::inprocess::*;
 use syncline_proto::ErrorCode;
 
+/// How long the tests wait for a state they poll for (a generous bound: a loaded
+/// two-core machine can stall the brokers' tasks for seconds).
+const WAIT: Duration = Duration::from_secs(20);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acks_all_is_acknowledged_by_the_whole_isr() {
     let cluster = TestCluster::start(3, "replica_lag_time_max_ms = 2000\n").await;
@@ -37,7 +41,7 @@ async fn acks_all_is_acknowledged_by_the_whole_isr() {
             .replica_manager()
             .partition("r", 0)
             .unwrap();
-        syncline_e2e::wait_for("follower to catch up", Duration::from_secs(5), || {
+        syncline_e2e::wait_for("follower to catch up", WAIT, || {
             let p = p.clone();
             async move { p.log_end_offset() == 40 && p.high_watermark() == 40 }
         })
@@ -57,7 +61,7 @@ async fn produce_once_leading(
     topic: &str,
     partition: i32,
 ) -> syncline_proto::pb::ProducePartitionResponse {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + WAIT;
     loop {
         let r = produce(leader, topic, partition, -1, batch(&[b"v"])).await;
         let not_yet = matches!(
@@ -123,7 +127,7 @@ async fn followers_learn_the_high_watermark_with_their_next_answered_fetch() {
     let leader_rm = cluster.broker(leader).broker().replica_manager();
     syncline_e2e::wait_for(
         "both follower fetches to wait on the leader",
-        Duration::from_secs(5),
+        WAIT,
         || async { leader_rm.purgatory_sizes().0 == 2 },
     )
     .await;
@@ -143,7 +147,7 @@ async fn followers_learn_the_high_watermark_with_their_next_answered_fetch() {
     );
     for f in followers {
         let p = cluster.replica(f, "hw", 0);
-        syncline_e2e::wait_for("the follower to learn HW 1", Duration::from_secs(5), || {
+        syncline_e2e::wait_for("the follower to learn HW 1", WAIT, || {
             let p = p.clone();
             async move { p.high_watermark() >= 1 }
         })
@@ -156,7 +160,7 @@ async fn followers_serving_consumers_learn_the_high_watermark_at_once() {
     let (cluster, _, followers) = followers_after_a_commit("rack_aware").await;
     for f in followers {
         let p = cluster.replica(f, "hw", 0);
-        syncline_e2e::wait_for("the follower to learn HW 1", Duration::from_secs(5), || {
+        syncline_e2e::wait_for("the follower to learn HW 1", WAIT, || {
             let p = p.clone();
             async move { p.high_watermark() == 1 }
         })

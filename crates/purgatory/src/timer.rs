@@ -103,8 +103,9 @@ impl<T: Send + 'static> Timer<T> {
 
 impl<T> Timer<T> {
     /// Schedules `value` to expire `timeout` from now. Returns the value back
-    /// if that is not in the future (a zero timeout): the caller handles it
-    /// itself.
+    /// if that is not in the future (a zero timeout), or has passed by the time
+    /// the wheel takes it (a tiny timeout and a descheduled caller): the caller
+    /// handles it itself.
     pub fn schedule(&self, timeout: Duration, value: T) -> Result<TimerKey, T> {
         let now = Instant::now();
         match now.checked_add(timeout) {
@@ -127,8 +128,10 @@ impl<T> Timer<T> {
         }
         let since_origin = deadline.saturating_duration_since(self.shared.origin);
         // Rounded up: the wheel fires at whole milliseconds, and rounding
-        // down would fire before the deadline. The wheel's clock is at most
-        // `now` rounded down, so it never refuses a deadline after `now`.
+        // down would fire before the deadline. The reaper may have read the
+        // clock after `now` (this thread can be descheduled in between), so
+        // the wheel can refuse the deadline: only once the reaper's clock has
+        // passed it, when handing it back as expired is right.
         let ms = since_origin.as_nanos().div_ceil(1_000_000);
         self.shared
             .insert(u64::try_from(ms).unwrap_or(u64::MAX), value)

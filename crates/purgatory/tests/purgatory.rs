@@ -350,11 +350,14 @@ async fn events_cancels_and_expiry_race_on_a_multi_thread_runtime() {
         let probe = Probe::new();
         let timeout = Duration::from_millis(1 + (i % 3) as u64);
         let keys = [i as u32 % KEYS, (i as u32 + 1) % KEYS];
-        handles.push(waiting(purgatory.try_complete_else_watch(
-            probe.clone(),
-            timeout,
-            &keys,
-        )));
+        match purgatory.try_complete_else_watch(probe.clone(), timeout, &keys) {
+            Watched::Waiting(handle) => handles.push(handle),
+            // Real time: on a loaded machine this task can lose the CPU for
+            // longer than the timeout between reading the clock and arming the
+            // timer, while the reaper moves the wheel past the deadline. Then
+            // it has passed, and expiring at once is right.
+            Watched::Completed(how) => assert_eq!(how, Completion::Expired, "op {i}"),
+        }
         probes.push(probe);
     }
     let probes = Arc::new(probes);
