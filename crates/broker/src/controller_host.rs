@@ -298,7 +298,7 @@ impl Host {
     fn announce(&mut self, records: &[pb::MetadataRecord]) {
         let partitions = changed_partitions(records);
         let brokers_changed = changed_brokers(records);
-        let topics: BTreeSet<&str> = partitions.iter().map(|tp| tp.topic.as_str()).collect();
+        let topics: BTreeSet<&str> = partitions.iter().map(|tp| &*tp.topic).collect();
         let image = self.controller.image();
         let states: Vec<pb::PartitionState> = partitions
             .iter()

@@ -12,7 +12,9 @@ use syncline_proto::{pb, NO_LEADER};
 use crate::config::UNCLEAN_LEADER_ELECTION_ENABLE;
 use crate::election;
 use crate::image::{MetadataImage, PartitionRegistration};
-use crate::records::{self, TopicPartition};
+use syncline_proto::TopicPartition;
+
+use crate::records;
 
 pub(crate) struct Draft<'a> {
     image: &'a MetadataImage,

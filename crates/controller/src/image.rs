@@ -13,7 +13,7 @@ use bytes::Bytes;
 use syncline_proto::pb::{self, metadata_record::Record};
 use syncline_proto::NO_LEADER;
 
-use crate::records::TopicPartition;
+use syncline_proto::TopicPartition;
 
 /// A registered broker as the metadata log describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -133,4 +133,4 @@ pub use image::{
     TopicImage,
 };
 pub use metadata_log::{MetadataLog, MetadataLogError, MAX_RECORD_BYTES, METADATA_LOG_FILE};
-pub use records::{changed_brokers, changed_partitions, TopicPartition};
+pub use records::{changed_brokers, changed_partitions};

@@ -1,36 +1,11 @@
 //! Building metadata records, and reading back what a list of records changed.
 
 use std::collections::BTreeSet;
-use std::fmt;
 
 use syncline_proto::pb::{self, metadata_record::Record};
+use syncline_proto::TopicPartition;
 
 use crate::image::PartitionRegistration;
-
-/// A topic partition by name and index.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct TopicPartition {
-    /// The topic name.
-    pub topic: String,
-    /// The partition index.
-    pub partition: i32,
-}
-
-impl TopicPartition {
-    /// `topic`-`partition`.
-    pub fn new(topic: &str, partition: i32) -> Self {
-        TopicPartition {
-            topic: topic.to_owned(),
-            partition,
-        }
-    }
-}
-
-impl fmt::Display for TopicPartition {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}-{}", self.topic, self.partition)
-    }
-}
 
 /// The partitions a list of records changes (created or altered), sorted and
 /// deduplicated: after applying them, send their new state to their replicas (see
@@ -70,7 +45,7 @@ pub(crate) fn partition_record(
     p: &PartitionRegistration,
 ) -> pb::MetadataRecord {
     record(Record::Partition(pb::PartitionRecord {
-        topic: tp.topic.clone(),
+        topic: tp.topic.to_string(),
         partition: tp.partition,
         replicas: p.replicas.clone(),
         isr: p.isr.clone(),

@@ -8,7 +8,7 @@ use syncline_proto::{pb, ErrorCode, NO_LEADER, UNDEFINED_EPOCH};
 use super::{Controller, ControllerResult};
 use crate::draft::Draft;
 use crate::image::PartitionRegistration;
-use crate::records::TopicPartition;
+use syncline_proto::TopicPartition;
 
 impl Controller {
     /// `AlterPartition`. The requester must be registered with the epoch it sends

@@ -8,7 +8,9 @@ use super::{Controller, ControllerResult};
 use crate::config::TopicConfig;
 use crate::image::PartitionRegistration;
 use crate::placement::{self, Candidate};
-use crate::records::{self, TopicPartition};
+use syncline_proto::TopicPartition;
+
+use crate::records;
 
 /// Kafka's `MAX_PARTITIONS_PER_BATCH`: one request may not create more partitions, so
 /// that a single request cannot make the controller allocate without bound.

@@ -1,8 +1,8 @@
 //! Registration, heartbeats, session expiry, controlled shutdown, controller restart.
 
-use syncline_controller::{changed_partitions, Controller, ControllerConfig, TopicPartition};
+use syncline_controller::{changed_partitions, Controller, ControllerConfig};
 use syncline_proto::pb::{self, metadata_record::Record};
-use syncline_proto::{ErrorCode, NO_LEADER};
+use syncline_proto::{ErrorCode, TopicPartition, NO_LEADER};
 
 use crate::support::{state, Cluster, CLUSTER_ID};
 

@@ -1,10 +1,8 @@
 //! Leader elections and ISR changes driven by fencing and unfencing.
 
-use syncline_controller::{
-    changed_brokers, changed_partitions, Controller, ControllerConfig, TopicPartition,
-};
+use syncline_controller::{changed_brokers, changed_partitions, Controller, ControllerConfig};
 use syncline_proto::pb::metadata_record::Record;
-use syncline_proto::NO_LEADER;
+use syncline_proto::{TopicPartition, NO_LEADER};
 
 use crate::support::{state, Cluster, CLUSTER_ID};
 

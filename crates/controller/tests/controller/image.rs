@@ -1,7 +1,8 @@
 //! MetadataImage::apply refuses every record that would break the image.
 
-use syncline_controller::{ApplyError, MetadataImage, TopicPartition};
+use syncline_controller::{ApplyError, MetadataImage};
 use syncline_proto::pb::{self, metadata_record::Record};
+use syncline_proto::TopicPartition;
 
 fn rec(r: Record) -> pb::MetadataRecord {
     pb::MetadataRecord { record: Some(r) }

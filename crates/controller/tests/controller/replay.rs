@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use syncline_controller::{Controller, ControllerConfig, ControllerResult, TopicPartition};
+use syncline_controller::{Controller, ControllerConfig, ControllerResult};
 use syncline_proto::pb::{self, metadata_record::Record};
-use syncline_proto::{ErrorCode, NO_LEADER};
+use syncline_proto::{ErrorCode, TopicPartition, NO_LEADER};
 
 use crate::support::{Cluster, CLUSTER_ID};
 
@@ -221,7 +221,7 @@ impl Run {
                     broker_id: requester,
                     broker_epoch: requester_epoch,
                     topics: vec![pb::AlterPartitionTopic {
-                        name: tp.topic.clone(),
+                        name: tp.topic.to_string(),
                         partitions: vec![pb::AlterPartitionPartition {
                             partition: tp.partition,
                             leader_epoch: p.leader_epoch - i32::from(stale && keep & 1 == 0),
