@@ -88,7 +88,8 @@ pub(crate) struct ReadPoint {
 pub(crate) struct ReadSummary {
     /// Record bytes read.
     pub bytes: usize,
-    /// Per status, in order: where it was read (None: refused, or diverging).
+    /// For a follower fetch, per status in order: where it was read (None: refused,
+    /// or diverging). Empty for consumers, who record no progress.
     pub points: Vec<Option<ReadPoint>>,
 }
 
@@ -101,7 +102,8 @@ pub(crate) fn read_partitions(
     response: &mut pb::FetchResponse,
 ) -> ReadSummary {
     let mut total = 0usize;
-    let mut points = Vec::with_capacity(statuses.len());
+    let follower = params.is_follower();
+    let mut points = Vec::with_capacity(if follower { statuses.len() } else { 0 });
     for s in statuses {
         let remaining = params.max_bytes.saturating_sub(total);
         let max = s.partition_max_bytes.min(remaining);
@@ -133,10 +135,12 @@ pub(crate) fn read_partitions(
                     r.records
                 };
                 total += records.len();
-                points.push(r.diverging_epoch.is_none().then_some(ReadPoint {
-                    leader_epoch: r.leader_epoch,
-                    log_end_offset: r.log_end_offset,
-                }));
+                if follower {
+                    points.push(r.diverging_epoch.is_none().then_some(ReadPoint {
+                        leader_epoch: r.leader_epoch,
+                        log_end_offset: r.log_end_offset,
+                    }));
+                }
                 out.error_code = ErrorCode::None as i32;
                 out.high_watermark = r.high_watermark;
                 out.last_stable_offset = r.high_watermark;
@@ -149,7 +153,9 @@ pub(crate) fn read_partitions(
                 out.current_leader = None;
             }
             Err(code) => {
-                points.push(None);
+                if follower {
+                    points.push(None);
+                }
                 out.error_code = code as i32;
                 out.high_watermark = -1;
                 out.last_stable_offset = -1;

@@ -315,11 +315,6 @@ impl PartitionCore {
         self.leader_epoch
     }
 
-    /// The announced leader (None: offline or not told yet).
-    pub fn leader(&self) -> Option<i32> {
-        self.leader
-    }
-
     /// This replica leads the partition.
     pub fn is_leader(&self) -> bool {
         matches!(self.role, Role::Leader(_))
