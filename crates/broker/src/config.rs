@@ -321,9 +321,10 @@ pub struct BrokerConfig {
     /// a Kafka config. Default 30000.
     pub controlled_shutdown_timeout_ms: u64,
     /// How a replica that becomes follower finds where its log agrees with the
-    /// leader's. Not a config-file key, and built only with the `legacy-truncation`
-    /// feature, which only the end-to-end tests enable to show what the old rule
-    /// loses.
+    /// leader's. Not a config-file key, and compiled only with the
+    /// `legacy-truncation` feature, which only the end-to-end test crate turns on to
+    /// show what the old rule loses (cargo unifies features, so a workspace build's
+    /// `synclined` contains it too; nothing outside a test can select it).
     #[cfg(feature = "legacy-truncation")]
     pub truncation_rule: TruncationRule,
 }

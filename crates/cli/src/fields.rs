@@ -15,7 +15,8 @@ use serde_json::Value;
 pub(crate) struct PartitionFields {
     /// Print only these keys of partition --partition's `--json` object,
     /// space-separated on one line (repeatable), e.g. --field leader --field isr.
-    /// Lists print comma-separated; null, "" and empty lists print `none`.
+    /// Lists print comma-separated; null, "" and empty lists print `none`;
+    /// white space inside a string prints as `_` (one word per field).
     #[arg(
         long = "field",
         value_name = "NAME",
@@ -33,7 +34,8 @@ pub(crate) struct PartitionFields {
 pub(crate) struct ClusterFields {
     /// Print only these keys of the `--json` output (of broker --broker's object
     /// when given, e.g. status; else of the top level, e.g. controller_id),
-    /// space-separated on one line (repeatable). Null and "" print `none`.
+    /// space-separated on one line (repeatable). Null and "" print `none`; white
+    /// space inside a string prints as `_`.
     #[arg(long = "field", value_name = "NAME", conflicts_with = "json")]
     pub(crate) fields: Vec<String>,
     /// The broker whose --field values to print.

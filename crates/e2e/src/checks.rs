@@ -26,6 +26,10 @@ use crate::Cluster;
 pub const FAST_TIMERS: &str = "replica_lag_time_max_ms = 2000\n\
                                broker_session_timeout_ms = 3000\n\
                                broker_heartbeat_interval_ms = 500\n";
+/// How long a test waits for a state it polls for: a generous bound, since a
+/// loaded two-core machine can stall the brokers' tasks for seconds. Never the
+/// behaviour under test (that has bounds of its own).
+pub const WAIT: Duration = Duration::from_secs(20);
 /// `broker_session_timeout_ms` of [`FAST_TIMERS`].
 pub const SESSION_TIMEOUT: Duration = Duration::from_millis(3000);
 

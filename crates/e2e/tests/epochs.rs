@@ -23,7 +23,7 @@ use syncline_e2e::wait_for;
 use syncline_proto::pb::{self, request::Body, response::Body as Resp};
 use syncline_proto::ErrorCode;
 
-const WAIT: Duration = Duration::from_secs(20);
+use syncline_e2e::checks::WAIT;
 
 /// A partition of `topic` (created with `partitions`, RF `rf`) whose replicas
 /// exclude broker 1; returns (partition, replicas in assignment order).

@@ -9,9 +9,7 @@ use syncline_proto::pb::{self, request::Body, response::Body as Resp};
 use syncline_proto::ErrorCode;
 use tokio::time::Instant;
 
-/// How long the test waits for a state it polls for (a generous bound: a loaded
-/// two-core machine can stall the brokers' tasks for seconds).
-const WAIT: Duration = Duration::from_secs(20);
+use syncline_e2e::checks::WAIT;
 /// The follower's long poll: far beyond any scheduling delay, so an answer well
 /// before it was caused by the high watermark's move.
 const LONG_POLL_MS: i32 = 60_000;

@@ -7,9 +7,7 @@ use syncline_e2e::inprocess::*;
 use syncline_proto::pb::response::Body as Resp;
 use tokio::time::Instant;
 
-/// How long the tests wait for a state they poll for (a generous bound: a loaded
-/// two-core machine can stall the broker's tasks for seconds).
-const WAIT: Duration = Duration::from_secs(20);
+use syncline_e2e::checks::WAIT;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_poll_answers_on_data_not_at_the_deadline() {

@@ -5,9 +5,7 @@ use std::time::Duration;
 use syncline_e2e::inprocess::*;
 use syncline_proto::ErrorCode;
 
-/// How long the tests wait for a state they poll for (a generous bound: a loaded
-/// two-core machine can stall the brokers' tasks for seconds).
-const WAIT: Duration = Duration::from_secs(20);
+use syncline_e2e::checks::WAIT;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acks_all_is_acknowledged_by_the_whole_isr() {
