@@ -89,6 +89,7 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/syncline-bench.XXXXXX")"
 pids=()
 cleanup() {
     local status=$?
+    stop_wait_ready
     for pid in "${pids[@]}"; do
         kill -TERM "$pid" 2>/dev/null || true
     done

@@ -85,6 +85,7 @@ UP_DONE=0
 
 on_up_exit() {
     local status=$?
+    stop_wait_ready
     if [ "$UP_DONE" -eq 0 ] && [ "${#STARTED[@]}" -gt 0 ]; then
         echo "cluster.sh: stopping the brokers this command started (${STARTED[*]}); their logs stay in $LOG_DIR/" >&2
         stop_brokers "${STARTED[@]}" >&2 || true

@@ -87,6 +87,8 @@ cmd_build() {
 running_containers() { compose ps -q 2>/dev/null | grep -c . || true; }
 
 wait_ready() {
+    # An interrupted wait leaves no CLI process or files behind.
+    trap stop_wait_ready EXIT
     echo "==> waiting (up to ${UP_TIMEOUT_S} s) until every broker is registered, unfenced and answers"
     wait_cluster_ready "$UP_TIMEOUT_S" "${#BROKERS[@]}" "$(client_address 1),$(client_address 2),$(client_address 3)" &&
         return 0

@@ -48,6 +48,7 @@ STARTED_AT=$SECONDS
 cleanup() {
     local status=$?
     set +e
+    stop_wait_ready
     # A failed step (not an interrupt: 128 + signal) keeps the logs.
     if [ "$status" -ne 0 ] && [ "$status" -lt 128 ]; then FAILED=1; fi
     stop_ticker

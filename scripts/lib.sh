@@ -151,38 +151,62 @@ list_len() {
 # wait-ready`, in the background). CHECK, a command run every 0.2 s meanwhile,
 # stops the wait when it fails (e.g. a broker process has exited): returns 2.
 # On timeout returns 1 with NOT_READY_BROKER (the id of the broker the CLI
-# blames, or empty) and NOT_READY_REASON (its message) set.
+# blames, or empty) and NOT_READY_REASON (its message) set. A script that may be
+# interrupted meanwhile calls stop_wait_ready from its exit trap.
+WAIT_READY_PID=""
+WAIT_READY_DIR=""
 wait_cluster_ready() {
     local timeout_s=$1 brokers=$2 bootstrap=$3 check=${4:-true} out pid status=0
     out=$(mktemp -d "${TMPDIR:-/tmp}/syncline-ready.XXXXXX")
+    WAIT_READY_DIR=$out
     # Not through cli(): $! must be timeout's own pid (it passes SIGTERM on).
-    timeout "$((timeout_s + 15))" "${SYNCLINE:-syncline}" --bootstrap-server "$bootstrap" cluster wait-ready \
+    # --foreground keeps it in the script's process group, so Ctrl-C reaches it.
+    timeout --foreground "$((timeout_s + 15))" "${SYNCLINE:-syncline}" --bootstrap-server "$bootstrap" cluster wait-ready \
         --brokers "$brokers" --timeout-ms "$((timeout_s * 1000))" >"$out/stdout" 2>"$out/stderr" &
     pid=$!
+    WAIT_READY_PID=$pid
     while kill -0 "$pid" 2>/dev/null; do
         if ! $check; then
-            kill "$pid" 2>/dev/null
-            wait "$pid" 2>/dev/null
-            rm -rf "$out"
+            stop_wait_ready
             return 2
         fi
         sleep 0.2
     done
+    WAIT_READY_PID=""
     wait "$pid" || status=$?
     # shellcheck disable=SC2034 # for the caller
     NOT_READY_BROKER=""
     # shellcheck disable=SC2034 # for the caller
     NOT_READY_REASON=""
     if [ "$status" -ne 0 ]; then
+        # The CLI's own wording, less what a script's user cannot act on (the
+        # script states its wait and how to change it).
         # shellcheck disable=SC2034 # for the caller
-        NOT_READY_REASON=$(sed 's/^error: //' "$out/stderr")
+        NOT_READY_REASON=$(sed -e 's/^error: //' -e 's/^not ready after [0-9]* ms: //' \
+            -e 's/; raise --timeout-ms.*$//' "$out/stderr")
         [ -n "$NOT_READY_REASON" ] || NOT_READY_REASON="syncline cluster wait-ready exited with status $status"
         # The id is the CLI's stdout only when it failed.
         # shellcheck disable=SC2034 # for the caller
         NOT_READY_BROKER=$(head -n 1 "$out/stdout")
     fi
     rm -rf "$out"
+    WAIT_READY_DIR=""
     [ "$status" -eq 0 ] || return 1
+}
+
+# Stops a wait_cluster_ready still running (interrupted script) and removes its
+# files.
+stop_wait_ready() {
+    if [ -n "$WAIT_READY_PID" ]; then
+        kill "$WAIT_READY_PID" 2>/dev/null || true
+        wait "$WAIT_READY_PID" 2>/dev/null || true
+        WAIT_READY_PID=""
+    fi
+    if [ -n "$WAIT_READY_DIR" ]; then
+        rm -rf "$WAIT_READY_DIR"
+        WAIT_READY_DIR=""
+    fi
+    return 0
 }
 
 # ---------------------------------------------------------------- build, Docker

@@ -52,12 +52,17 @@ pub(crate) fn partition(topic: &Value, partition: i32) -> Result<&Value> {
         .find(|p| p["partition"].as_i64() == Some(i64::from(partition)))
     {
         Some(p) => Ok(p),
-        None => bail!(
-            "topic {} has no partition {partition} (it has partitions 0..{}): pick one \
-             with --partition",
-            topic["topic"].as_str().unwrap_or("?"),
-            partitions.len().saturating_sub(1)
-        ),
+        None => {
+            let has = match partitions.len() {
+                0 => "it has none".to_string(),
+                1 => "it has partition 0".to_string(),
+                n => format!("it has partitions 0 to {}", n - 1),
+            };
+            bail!(
+                "topic {} has no partition {partition} ({has}): pick one with --partition",
+                topic["topic"].as_str().unwrap_or("?"),
+            )
+        }
     }
 }
 
@@ -220,7 +225,7 @@ mod tests {
         let err = partition(&topic(), 5).unwrap_err().to_string();
         assert_eq!(
             err,
-            "topic orders has no partition 5 (it has partitions 0..1): pick one with --partition"
+            "topic orders has no partition 5 (it has partitions 0 to 1): pick one with --partition"
         );
         let cluster = json!({"controller_id": 1, "cluster_id": "",
             "brokers": [{"id": 1, "status": "alive"}, {"id": 2, "status": "fenced"}]});

@@ -224,7 +224,7 @@ async fn fields_print_the_json_values_one_word_each() {
     );
     assert!(!out.status.success());
     assert!(
-        stderr(&out).contains("topic orders has no partition 7 (it has partitions 0..1)"),
+        stderr(&out).contains("topic orders has no partition 7 (it has partitions 0 to 1)"),
         "{}",
         stderr(&out)
     );
