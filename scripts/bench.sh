@@ -109,6 +109,7 @@ trap 'exit 130' INT TERM
 
 echo "==> starting three brokers in $work"
 mapfile -t ports < <(free_ports 6)
+[ "${#ports[@]}" -eq 6 ] || die "no 6 free ports found on 127.0.0.1"
 bootstrap="127.0.0.1:${ports[0]},127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}"
 for id in 1 2 3; do
     roles=broker

@@ -117,6 +117,7 @@ start_cluster() {
     local n port metrics roles
     local free
     mapfile -t free < <(free_ports 6)
+    [ "${#free[@]}" -eq 6 ] || die "no 6 free ports found on 127.0.0.1"
     PORTS=("" "${free[@]:0:3}")
     METRICS_PORTS=("" "${free[@]:3:3}")
     BROKER_PIDS=("" "" "" "")
