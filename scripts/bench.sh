@@ -111,15 +111,15 @@ echo "==> starting three brokers in $work"
 mapfile -t ports < <(free_ports 6)
 [ "${#ports[@]}" -eq 6 ] || die "no 6 free ports found on 127.0.0.1"
 bootstrap="127.0.0.1:${ports[0]},127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}"
+# As the shipped config/: every broker is also a controller voter.
+voters="1@127.0.0.1:${ports[0]},2@127.0.0.1:${ports[1]},3@127.0.0.1:${ports[2]}"
 for id in 1 2 3; do
-    roles=broker
-    [ "$id" = 1 ] && roles="broker,controller"
     cat > "$work/broker-$id.toml" <<EOF
 node_id = $id
 listeners = "127.0.0.1:${ports[$((id - 1))]}"
 log_dirs = "$work/data-$id"
-process_roles = "$roles"
-controller_quorum_voters = "1@127.0.0.1:${ports[0]}"
+process_roles = "broker,controller"
+controller_quorum_voters = "$voters"
 metrics_listen = "127.0.0.1:${ports[$((id + 2))]}"
 EOF
     RUST_LOG=warn "$bin/synclined" --config "$work/broker-$id.toml" > "$work/broker-$id.log" 2>&1 &

@@ -174,14 +174,14 @@ print_usage_hint() {
     )
     cat <<EOF
 
-The cluster is up: brokers ${BROKERS[*]} on ${addresses[*]} (broker 1 hosts the controller).
+The cluster is up: brokers ${BROKERS[*]} on ${addresses[*]} (each also a controller voter).
 
   export PATH="\$PWD/$BIN_DIR:\$PATH"      # syncline and synclined
   syncline topic create orders --partitions 3 --replication-factor 3 --config min.insync.replicas=2
   seq 1 5 | syncline produce orders --acks all
   syncline consume orders --from-beginning --max-messages 5
   syncline topic describe orders        # leaders, epochs, ISR, high watermarks
-  syncline cluster describe             # brokers, fenced or not, the controller
+  syncline cluster describe             # brokers, fenced or not; the controller quorum
 
 The CLI bootstraps from 127.0.0.1:9092 (broker 1); to survive broker 1 being
 down, use --bootstrap-server $bootstrap
@@ -276,7 +276,8 @@ cmd_down() {
     for n in "${BROKERS[@]}"; do
         if is_controller_in_config "$n"; then controllers+=("$n"); else plain+=("$n"); fi
     done
-    # The controller goes last: the others' controlled shutdown needs it.
+    # Controller voters go last: the others' controlled shutdown needs an active
+    # controller.
     stop_brokers "${plain[@]}"
     stop_brokers "${controllers[@]}"
     for n in "${BROKERS[@]}"; do
@@ -325,7 +326,13 @@ cmd_status() {
             cluster=fenced
         fi
         if [ -n "$controller" ]; then
-            if [ "$controller" = "$m" ]; then role="controller,broker"; else role=broker; fi
+            if [ "$controller" = "$m" ]; then
+                role="active controller,broker"
+            elif is_controller_in_config "$m"; then
+                role="controller voter,broker"
+            else
+                role=broker
+            fi
         else
             role="$(config_value "$m" process_roles) (from config)"
         fi

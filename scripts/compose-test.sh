@@ -6,8 +6,9 @@
 #   1. start the compose cluster (its own compose project, fresh volumes);
 #   2. keep two producers writing numbered records with acks=all, one to a
 #      partition led by broker 1, one to a partition led by broker 2 or 3;
-#   3. cut a follower off the network (`docker network disconnect`; never
-#      broker 1, which hosts the controller): the ISR shrinks, acks=all goes on;
+#   3. cut a follower off the network (`docker network disconnect`; broker 2
+#      or 3, so that broker 1's metrics stay readable): the ISR shrinks, acks=all
+#      goes on, and the two other controller voters keep a majority;
 #   4. reconnect it: the ISR expands back;
 #   5. SIGKILL the container of the other partition's leader: a new leader from
 #      the ISR, with a higher leader epoch, and the producers go on;
@@ -160,8 +161,8 @@ led_by_with_full_isr() { # topic partition leader
     [ "$(leader_of "$1" "$2")" = "$3" ] && isr_size_is "$1" "$2" 3
 }
 wait_for "cut-0 has ISR 1,2,3 and leader 1" led_by_with_full_isr cut 0 1
-# The failover partition: one led by broker 2 or 3 (broker 1 hosts the
-# controller and must stay up). The follower cut off the network is the other
+# The failover partition: one led by broker 2 or 3 (broker 1 leads cut-0 and
+# serves the metrics read here). The follower cut off the network is the other
 # of 2 and 3, so the failover partition keeps its leader through the cut.
 FP=""
 for p in 0 1 2; do
@@ -207,6 +208,9 @@ wait_for "acks=all goes on with broker $F cut off (ISR $(isr_of cut 0))" \
 log "docker network connect --alias broker-$F $NET broker-$F"
 docker network connect --alias "broker-$F" "$NET" "$CID_F"
 wait_for "broker $F rejoined the ISR of cut-0" isr_size_is cut 0 3
+# And of the failover partition: the ISR read before the kill below is then the
+# one the controller holds, not a broker's view that lags an expansion.
+wait_for "broker $F rejoined the ISR of failover-$FP" isr_size_is failover "$FP" 3
 wait_for "syncline_isr_expands_total on broker 1 went up from $EXPANDS0" \
     metric_above 1 syncline_isr_expands_total "$EXPANDS0"
 

@@ -124,6 +124,9 @@ start_cluster() {
     for n in 1 2 3; do
         port=${PORTS[$n]}
         metrics=${METRICS_PORTS[$n]}
+        # One controller voter, broker 1 (the shipped config has three): the demo
+        # pauses both followers of a partition at once, and three voters would
+        # lose their majority, so the ISR could not shrink.
         roles=broker
         [ "$n" -eq 1 ] && roles="broker,controller"
         cat >"$DEMO_DIR/broker-$n.toml" <<EOF

@@ -109,6 +109,24 @@ impl Broker {
                 let broker = self.clone();
                 tokio::spawn(async move { broker.create_topics(r, responder).await });
             }
+            Body::DescribeQuorum(r) => {
+                let broker = self.clone();
+                tokio::spawn(async move {
+                    let forwarded = r.forwarded;
+                    let body = Body::DescribeQuorum(pb::DescribeQuorumRequest { forwarded: true });
+                    responder.send(broker.to_active_controller(body, forwarded).await);
+                });
+            }
+            Body::Raft(r) => {
+                let Some(controller) = self.controller.clone() else {
+                    responder.send_error(
+                        ErrorCode::NotController,
+                        format!("broker {} is not a controller voter", self.config.node_id),
+                    );
+                    return;
+                };
+                tokio::spawn(async move { responder.send(Resp::Raft(controller.raft(r).await)) });
+            }
             body @ (Body::AlterPartition(_)
             | Body::BrokerRegistration(_)
             | Body::BrokerHeartbeat(_)) => {
@@ -129,16 +147,16 @@ impl Broker {
         }
     }
 
-    /// CreateTopics goes to the controller (here, or forwarded); once committed, waits
-    /// (bounded) until this broker knows the new leaders.
+    /// CreateTopics goes to the active controller (here, or forwarded); once
+    /// committed, waits (bounded) until this broker knows the new leaders.
     async fn create_topics(&self, request: pb::CreateTopicsRequest, responder: Responder) {
-        let body = pb::request::Body::CreateTopics(request);
-        let answer = match &self.controller {
-            Some(c) => c.handle(body).await,
-            None => self.channel.send(body).await.ok(),
-        };
-        match answer {
-            Some(pb::response::Body::CreateTopics(r)) => {
+        let forwarded = request.forwarded;
+        let body = pb::request::Body::CreateTopics(pb::CreateTopicsRequest {
+            forwarded: true,
+            ..request
+        });
+        match self.to_active_controller(body, forwarded).await {
+            pb::response::Body::CreateTopics(r) => {
                 let created: Vec<String> = r
                     .topics
                     .iter()
@@ -152,10 +170,71 @@ impl Broker {
                 }
                 responder.send(pb::response::Body::CreateTopics(r));
             }
-            _ => responder.send_error(
-                ErrorCode::NotController,
-                "the controller cannot be reached; retry when it is back",
-            ),
+            other => responder.send(other),
+        }
+    }
+
+    /// A request only the active controller answers: this node's own voter if it is
+    /// the active controller, else (unless the request was forwarded here already)
+    /// the active controller through the controller channel. `body` is marked
+    /// forwarded already.
+    async fn to_active_controller(
+        &self,
+        body: pb::request::Body,
+        forwarded: bool,
+    ) -> pb::response::Body {
+        use pb::response::Body as Resp;
+        if let Some(c) = &self.controller {
+            match c.handle(body.clone()).await {
+                Some(Resp::Error(e))
+                    if !forwarded && e.error_code == ErrorCode::NotController as i32 => {}
+                Some(answer) => return answer,
+                None => {
+                    return Resp::Error(pb::ErrorResponse {
+                        error_code: ErrorCode::NotController as i32,
+                        error_message: "the controller is shutting down".into(),
+                        controller_hint: None,
+                    })
+                }
+            }
+        }
+        if forwarded {
+            return Resp::Error(pb::ErrorResponse {
+                error_code: ErrorCode::NotController as i32,
+                error_message: format!("broker {} is not a controller voter", self.config.node_id),
+                controller_hint: None,
+            });
+        }
+        match self.channel.send(body).await {
+            Ok(answer) => answer,
+            Err(syncline_client::ClientError::Protocol { code, message })
+                if code != ErrorCode::NotController =>
+            {
+                Resp::Error(pb::ErrorResponse {
+                    error_code: code as i32,
+                    error_message: message,
+                    controller_hint: None,
+                })
+            }
+            Err(e) => {
+                let voters: Vec<String> = self
+                    .config
+                    .controller_quorum_voters
+                    .iter()
+                    .map(|v| v.node_id.to_string())
+                    .collect();
+                Resp::Error(pb::ErrorResponse {
+                    error_code: ErrorCode::NotController as i32,
+                    error_message: format!(
+                        "no active controller could be reached from broker {}: the controller \
+                         quorum (voters {}) needs a majority of its voters up and in touch; last \
+                         error: {e}",
+                        self.config.node_id,
+                        voters.join(", ")
+                    ),
+                    controller_hint: None,
+                })
+            }
         }
     }
 
@@ -353,10 +432,7 @@ pub async fn start_on(
     let background = CancellationToken::new();
     let fatal = CancellationToken::new();
     let metrics = Arc::new(BrokerMetrics::new());
-    let metadata = Arc::new(MetadataCache::new(
-        &config.cluster_id,
-        config.controller().node_id,
-    ));
+    let metadata = Arc::new(MetadataCache::new(&config.cluster_id));
     let broker_epoch = Arc::new(AtomicI64::new(-1));
     let fetchers = Arc::new(FetcherManager::new(
         config.clone(),
@@ -382,18 +458,28 @@ pub async fn start_on(
         }
     })));
     let controller = if config.is_controller {
-        Some(controller_host::start(
-            &config.log_dir.join("__cluster_metadata"),
-            &config,
-            network.clone(),
-            metrics.clone(),
-            background.clone(),
-            fatal.clone(),
-        )?)
+        Some(
+            controller_host::start(
+                &config.log_dir.join("__cluster_metadata"),
+                &config,
+                network.clone(),
+                metrics.clone(),
+                background.clone(),
+                fatal.clone(),
+            )
+            .await?,
+        )
     } else {
         None
     };
-    let channel = Arc::new(ControllerChannel::new(config.clone(), network.clone()));
+    let channel = || {
+        Arc::new(ControllerChannel::new(
+            config.clone(),
+            network.clone(),
+            metadata.clone(),
+        ))
+    };
+    let (lifecycle_channel, isr_channel, channel) = (channel(), channel(), channel());
     let (status_tx, status_rx) = watch::channel(BrokerStatus {
         broker_epoch: -1,
         fenced: true,
@@ -405,7 +491,7 @@ pub async fn start_on(
         rm: rm.clone(),
         fetchers,
         controller,
-        channel: channel.clone(),
+        channel,
         status: status_rx,
     });
 
@@ -427,7 +513,7 @@ pub async fn start_on(
     }
     tasks.push(tokio::spawn(run_alter_partition(
         config.clone(),
-        channel.clone(),
+        isr_channel,
         rm.clone(),
         isr_rx,
         background.clone(),
@@ -446,7 +532,7 @@ pub async fn start_on(
             background.clone(),
         );
         tokio::spawn(async move {
-            run_lifecycle(config, channel, rm, metadata, status_tx, shutdown).await;
+            run_lifecycle(config, lifecycle_channel, rm, metadata, status_tx, shutdown).await;
             background.cancel();
         })
     };

@@ -178,6 +178,10 @@ struct RawConfig {
     unclean_leader_election_enable: Option<bool>,
     broker_session_timeout_ms: Option<i64>,
     broker_heartbeat_interval_ms: Option<i64>,
+    controller_quorum_election_timeout_ms: Option<i64>,
+    controller_quorum_request_timeout_ms: Option<i64>,
+    controller_quorum_commit_timeout_ms: Option<i64>,
+    metadata_snapshot_max_new_records: Option<i64>,
     controlled_shutdown_enable: Option<bool>,
     controlled_shutdown_timeout_ms: Option<i64>,
 }
@@ -212,7 +216,9 @@ pub struct BrokerConfig {
     /// `"broker"`.
     pub is_controller: bool,
     /// The controller quorum, `id@host:port` each (Kafka's
-    /// `controller.quorum.voters`); required, and exactly one voter for now.
+    /// `controller.quorum.voters`); required. Every node listed must have the
+    /// controller role and every node with that role must be listed. One voter
+    /// survives no failure of its node; three survive one; five survive two.
     pub controller_quorum_voters: Vec<Voter>,
     /// Rack of this broker for rack-aware replica placement and rack-aware
     /// consumer fetches (Kafka's `broker.rack`). Default none (an empty value too).
@@ -314,6 +320,22 @@ pub struct BrokerConfig {
     /// `broker.heartbeat.interval.ms`); smaller than `broker_session_timeout_ms`.
     /// Default 2000.
     pub broker_heartbeat_interval_ms: u64,
+    /// How long a controller voter waits without hearing from the active
+    /// controller before it stands for election, in ms (Kafka's
+    /// `controller.quorum.election.timeout.ms`); each election waits a random time
+    /// between this and twice this. Default 1000.
+    pub controller_quorum_election_timeout_ms: u64,
+    /// Longest wait for one request between controller voters, in ms (Kafka's
+    /// `controller.quorum.request.timeout.ms`). Default 2000.
+    pub controller_quorum_request_timeout_ms: u64,
+    /// Longest wait for a majority of voters to commit a metadata change, in ms;
+    /// past it the change fails with an error naming the lost quorum and the
+    /// active controller resigns (not a Kafka config). Default 5000.
+    pub controller_quorum_commit_timeout_ms: u64,
+    /// The controller voters snapshot the metadata image and drop the log behind
+    /// the snapshot after this many new records (Kafka counts bytes:
+    /// `metadata.log.max.record.bytes.between.snapshots`). Default 1000.
+    pub metadata_snapshot_max_new_records: u64,
     /// On shutdown, first ask the controller to move this broker's leaderships
     /// away (Kafka's `controlled.shutdown.enable`). Default true.
     pub controlled_shutdown_enable: bool,
@@ -499,28 +521,25 @@ impl BrokerConfig {
         if voters.is_empty() {
             return Err(invalid(
                 "controller_quorum_voters",
-                "must name the controller, e.g. \"1@127.0.0.1:9092\"",
+                "must name the controller voters, e.g. \"1@127.0.0.1:9092,2@127.0.0.1:9093,3@127.0.0.1:9094\"",
             ));
         }
-        if voters.len() > 1 {
-            return Err(invalid(
-                "controller_quorum_voters",
-                "only a single controller voter is supported for now",
-            ));
-        }
-        if is_controller && voters[0].node_id != raw.node_id {
+        let listed = voters.iter().any(|v| v.node_id == raw.node_id);
+        if is_controller && !listed {
+            let ids: Vec<String> = voters.iter().map(|v| v.node_id.to_string()).collect();
             return Err(invalid(
                 "controller_quorum_voters",
                 format!(
-                    "this node ({}) has the controller role but is not the voter ({})",
-                    raw.node_id, voters[0].node_id
+                    "this node ({}) has the controller role but is not a voter ({})",
+                    raw.node_id,
+                    ids.join(", ")
                 ),
             ));
         }
-        if !is_controller && voters[0].node_id == raw.node_id {
+        if !is_controller && listed {
             return Err(invalid(
                 "process_roles",
-                "this node is the controller voter but lacks the \"controller\" role",
+                "this node is a controller voter but lacks the \"controller\" role",
             ));
         }
         let metrics_listen = match raw.metrics_listen.as_deref() {
@@ -614,6 +633,34 @@ impl BrokerConfig {
                 "must be smaller than broker_session_timeout_ms",
             ));
         }
+        let controller_quorum_election_timeout_ms = in_range(
+            "controller_quorum_election_timeout_ms",
+            raw.controller_quorum_election_timeout_ms,
+            1_000,
+            50,
+            600_000,
+        )? as u64;
+        let controller_quorum_request_timeout_ms = in_range(
+            "controller_quorum_request_timeout_ms",
+            raw.controller_quorum_request_timeout_ms,
+            2_000,
+            10,
+            600_000,
+        )? as u64;
+        let controller_quorum_commit_timeout_ms = in_range(
+            "controller_quorum_commit_timeout_ms",
+            raw.controller_quorum_commit_timeout_ms,
+            5_000,
+            10,
+            600_000,
+        )? as u64;
+        let metadata_snapshot_max_new_records = in_range(
+            "metadata_snapshot_max_new_records",
+            raw.metadata_snapshot_max_new_records,
+            1_000,
+            1,
+            i32::MAX as i64,
+        )? as u64;
 
         Ok(BrokerConfig {
             node_id: raw.node_id,
@@ -623,6 +670,10 @@ impl BrokerConfig {
             log_dir: PathBuf::from(log_dirs.trim()),
             is_controller,
             controller_quorum_voters: voters,
+            controller_quorum_election_timeout_ms,
+            controller_quorum_request_timeout_ms,
+            controller_quorum_commit_timeout_ms,
+            metadata_snapshot_max_new_records,
             broker_rack: rack,
             metrics_listen,
             num_partitions,
@@ -760,9 +811,11 @@ impl BrokerConfig {
             .unwrap_or(&self.listeners[0])
     }
 
-    /// The controller voter this broker reports to.
-    pub fn controller(&self) -> &Voter {
-        &self.controller_quorum_voters[0]
+    /// The controller voter with this id, if it is one.
+    pub fn voter(&self, node_id: i32) -> Option<&Voter> {
+        self.controller_quorum_voters
+            .iter()
+            .find(|v| v.node_id == node_id)
     }
 }
 
@@ -788,7 +841,14 @@ fn parse_voters(s: &str) -> Result<Vec<Voter>, ConfigError> {
                 address: HostPort::parse(KEY, addr)?,
             })
         })
-        .collect()
+        .try_fold(Vec::new(), |mut voters: Vec<Voter>, v| {
+            let v = v?;
+            if voters.iter().any(|w| w.node_id == v.node_id) {
+                return Err(invalid(KEY, format!("voter {} is listed twice", v.node_id)));
+            }
+            voters.push(v);
+            Ok(voters)
+        })
 }
 
 #[cfg(test)]
@@ -856,6 +916,59 @@ mod tests {
         "#;
         let err = BrokerConfig::parse(text).unwrap_err().to_string();
         assert!(err.contains("controller_quorum_voters"), "{err}");
+        // A voter without the role.
+        let text = r#"
+            node_id = 2
+            controller_quorum_voters = "1@127.0.0.1:9092,2@127.0.0.1:9093,3@127.0.0.1:9094"
+        "#;
+        let err = BrokerConfig::parse(text).unwrap_err().to_string();
+        assert!(
+            err.contains("process_roles") && err.contains("voter"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_quorum_of_three_voters_and_its_timers() {
+        let text = r#"
+            node_id = 2
+            process_roles = "broker,controller"
+            controller_quorum_voters = "1@127.0.0.1:9092, 2@127.0.0.1:9093 ,3@h3:9094"
+            controller_quorum_election_timeout_ms = 500
+            metadata_snapshot_max_new_records = 10
+        "#;
+        let c = BrokerConfig::parse(text).unwrap();
+        assert!(c.is_controller);
+        let ids: Vec<i32> = c
+            .controller_quorum_voters
+            .iter()
+            .map(|v| v.node_id)
+            .collect();
+        assert_eq!(ids, vec![1, 2, 3]);
+        assert_eq!(c.voter(3).unwrap().address.to_string(), "h3:9094");
+        assert!(c.voter(4).is_none());
+        assert_eq!(c.controller_quorum_election_timeout_ms, 500);
+        assert_eq!(c.controller_quorum_request_timeout_ms, 2_000);
+        assert_eq!(c.controller_quorum_commit_timeout_ms, 5_000);
+        assert_eq!(c.metadata_snapshot_max_new_records, 10);
+        // A broker that is not a voter follows the quorum all the same.
+        let plain = BrokerConfig::parse(
+            "node_id = 4\ncontroller_quorum_voters = \"1@127.0.0.1:9092,2@127.0.0.1:9093\"\n",
+        )
+        .unwrap();
+        assert!(!plain.is_controller);
+        for (voters, expect) in [
+            ("1@a:1,1@b:2", "listed twice"),
+            ("1@a:1,x@b:2", "not a node id"),
+            ("1@a:1,2", "not id@host:port"),
+        ] {
+            let err = BrokerConfig::parse(&format!(
+                "node_id = 1\nprocess_roles = \"broker,controller\"\ncontroller_quorum_voters = \"{voters}\"\n"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains(expect), "{voters}: {err}");
+        }
     }
 
     #[test]
@@ -923,7 +1036,15 @@ mod tests {
             ),
         ] {
             let c = BrokerConfig::parse(text).unwrap_or_else(|e| panic!("{name}: {e}"));
-            assert_eq!(c.is_controller, c.node_id == 1, "{name}");
+            // Combined mode: every shipped node is a broker and one of the same
+            // three controller voters.
+            assert!(c.is_controller, "{name}");
+            let voters: Vec<i32> = c
+                .controller_quorum_voters
+                .iter()
+                .map(|v| v.node_id)
+                .collect();
+            assert_eq!(voters, [1, 2, 3], "{name}");
         }
     }
 }

@@ -20,58 +20,195 @@ use crate::net::Network;
 use crate::partition::TopicPartition;
 use crate::replica_manager::{IsrRequest, ReplicaManager};
 
-/// How long one request to the controller may take.
+/// How long one request to the controller may take, following NOT_CONTROLLER hints
+/// and trying other voters included.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one attempt at one voter may take: enough for the active controller
+/// to commit (or give up committing) a change; an attempt at a voter that stopped
+/// answering ends sooner, as soon as another controller announces itself.
+fn attempt_timeout(config: &BrokerConfig) -> Duration {
+    Duration::from_millis(
+        config.controller_quorum_commit_timeout_ms + config.controller_quorum_request_timeout_ms,
+    )
+}
 /// Pause after a failed request before the next attempt.
 const RETRY_BACKOFF: Duration = Duration::from_millis(200);
 
-/// A connection to the controller, re-established on demand.
+/// The way to the active controller: one connection to the voter believed active,
+/// moved on a NOT_CONTROLLER answer (to the voter it names, else the next one), on
+/// a failure to reach it, and when another controller announces itself. Requests
+/// on one channel go one at a time: the lifecycle, the ISR proposals and forwarded
+/// client requests each have their own, so none waits behind another's.
 #[derive(Debug)]
 pub(crate) struct ControllerChannel {
     config: Arc<BrokerConfig>,
     network: Arc<dyn Network>,
-    connection: tokio::sync::Mutex<Option<Connection>>,
+    metadata: Arc<MetadataCache>,
+    target: tokio::sync::Mutex<Target>,
+}
+
+#[derive(Debug, Default)]
+struct Target {
+    /// Index into the voters; `None` until a first choice.
+    voter: Option<usize>,
+    connection: Option<Connection>,
+}
+
+/// Why one attempt did not reach the active controller.
+enum Miss {
+    /// A voter answered that it is not the active controller.
+    NotController { hint: Option<i32> },
+    /// The voter could not be reached or did not answer.
+    Failed(ClientError),
 }
 
 impl ControllerChannel {
-    pub(crate) fn new(config: Arc<BrokerConfig>, network: Arc<dyn Network>) -> ControllerChannel {
+    pub(crate) fn new(
+        config: Arc<BrokerConfig>,
+        network: Arc<dyn Network>,
+        metadata: Arc<MetadataCache>,
+    ) -> ControllerChannel {
         ControllerChannel {
             config,
             network,
-            connection: tokio::sync::Mutex::new(None),
+            metadata,
+            target: tokio::sync::Mutex::new(Target::default()),
         }
     }
 
-    /// Sends a request to the controller.
+    /// Sends a request to the active controller, wherever it is: any voter leads
+    /// to it. Bounded by [`REQUEST_TIMEOUT`] as a whole.
     pub(crate) async fn send(
         &self,
         body: pb::request::Body,
     ) -> Result<pb::response::Body, ClientError> {
-        let conn = {
-            let mut slot = self.connection.lock().await;
-            match slot.as_ref().filter(|c| !c.is_closed()) {
-                Some(c) => c.clone(),
-                None => {
-                    let addr = self.config.controller().address.to_string();
-                    let stream = tokio::time::timeout(REQUEST_TIMEOUT, self.network.connect(&addr))
-                        .await
-                        .map_err(|_| ClientError::ConnectTimeout(addr.clone()))?
-                        .map_err(|e| ClientError::Connect(addr.clone(), e))?;
-                    let c = Connection::from_stream(
-                        stream,
-                        &addr,
-                        &format!("broker-{}", self.config.node_id),
-                        self.config.socket_request_max_bytes,
-                    );
-                    *slot = Some(c.clone());
-                    c
+        let deadline = tokio::time::Instant::now() + REQUEST_TIMEOUT;
+        let backoff = syncline_proto::Backoff::new(Duration::from_millis(20), RETRY_BACKOFF);
+        let mut target = self.target.lock().await;
+        let voters = &self.config.controller_quorum_voters;
+        let mut last;
+        // One pass over every voter without a pause; after that, pause between tries
+        // (an election is under way).
+        let mut tries = 0usize;
+        loop {
+            let index = *target.voter.get_or_insert_with(|| {
+                let known = self.metadata.controller_id();
+                voters.iter().position(|v| v.node_id == known).unwrap_or(0)
+            });
+            let voter = &voters[index];
+            let until = deadline.min(tokio::time::Instant::now() + attempt_timeout(&self.config));
+            let mut announced = self.metadata.subscribe_controller();
+            announced.borrow_and_update();
+            let moved = async {
+                loop {
+                    if announced.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                    let c = *announced.borrow_and_update();
+                    if c != voter.node_id && voters.iter().any(|v| v.node_id == c) {
+                        return c;
+                    }
                 }
+            };
+            let address = voter.address.to_string();
+            let attempt = tokio::select! {
+                r = tokio::time::timeout_at(
+                    until,
+                    self.attempt(&mut target.connection, &address, body.clone()),
+                ) => r.unwrap_or(Err(Miss::Failed(ClientError::Timeout(
+                    attempt_timeout(&self.config).as_millis() as u64,
+                )))),
+                c = moved => Err(Miss::NotController { hint: Some(c) }),
+            };
+            let next = match attempt {
+                Ok(response) => return Ok(response),
+                Err(Miss::NotController { hint }) => {
+                    last = ClientError::Protocol {
+                        code: ErrorCode::NotController,
+                        message: format!("voter {} is not the active controller", voter.node_id),
+                    };
+                    hint.and_then(|h| voters.iter().position(|v| v.node_id == h))
+                        .filter(|&h| h != index)
+                        .unwrap_or((index + 1) % voters.len())
+                }
+                Err(Miss::Failed(e)) => {
+                    tracing::debug!(voter = voter.node_id, error = %e, "controller voter not reached");
+                    target.connection = None;
+                    last = e;
+                    (index + 1) % voters.len()
+                }
+            };
+            if next != index {
+                target.connection = None;
+            }
+            target.voter = Some(next);
+            tries += 1;
+            if tries >= voters.len() {
+                let pause = backoff.delay((tries - voters.len()) as u32);
+                if tokio::time::Instant::now() + pause >= deadline {
+                    return Err(last);
+                }
+                tokio::time::sleep(pause).await;
+            }
+        }
+    }
+
+    async fn attempt(
+        &self,
+        slot: &mut Option<Connection>,
+        address: &str,
+        body: pb::request::Body,
+    ) -> Result<pb::response::Body, Miss> {
+        let conn = match slot.as_ref().filter(|c| !c.is_closed()) {
+            Some(c) => c.clone(),
+            None => {
+                let stream = self
+                    .network
+                    .connect(address)
+                    .await
+                    .map_err(|e| Miss::Failed(ClientError::Connect(address.to_string(), e)))?;
+                let c = Connection::from_stream(
+                    stream,
+                    address,
+                    &format!("broker-{}", self.config.node_id),
+                    self.config.socket_request_max_bytes,
+                );
+                *slot = Some(c.clone());
+                c
             }
         };
-        tokio::time::timeout(REQUEST_TIMEOUT, conn.send(body))
-            .await
-            .map_err(|_| ClientError::Timeout(REQUEST_TIMEOUT.as_millis() as u64))?
+        match conn.send_any(body).await.map_err(Miss::Failed)? {
+            pb::response::Body::Error(e)
+                if ErrorCode::from_wire(e.error_code) == ErrorCode::NotController =>
+            {
+                Err(Miss::NotController {
+                    hint: e.controller_hint,
+                })
+            }
+            pb::response::Body::Error(e) => Err(Miss::Failed(ClientError::Protocol {
+                code: ErrorCode::from_wire(e.error_code),
+                message: e.error_message,
+            })),
+            response if refused_as_not_controller(&response) => {
+                Err(Miss::NotController { hint: None })
+            }
+            response => Ok(response),
+        }
     }
+}
+
+/// A typed answer with NOT_CONTROLLER: the voter's broker side refusing a
+/// controller request (it runs no controller).
+fn refused_as_not_controller(response: &pb::response::Body) -> bool {
+    use pb::response::Body as Resp;
+    let code = match response {
+        Resp::BrokerRegistration(r) => r.error_code,
+        Resp::BrokerHeartbeat(r) => r.error_code,
+        Resp::AlterPartition(r) => r.error_code,
+        Resp::DescribeQuorum(r) => r.error_code,
+        _ => return false,
+    };
+    ErrorCode::from_wire(code) == ErrorCode::NotController
 }
 
 /// Registers this broker and heartbeats until `shutdown`; then, if controlled
@@ -104,7 +241,7 @@ pub(crate) async fn run_lifecycle(
                 Action::Register => match register(&config, &channel, &incarnation).await {
                     Ok(broker_epoch) => Event::Registered { broker_epoch },
                     Err(e) => {
-                        tracing::warn!(error = %e, controller = %config.controller().address, "broker registration failed; retrying");
+                        tracing::warn!(error = %e, "broker registration failed; retrying");
                         Event::RegistrationFailed
                     }
                 },

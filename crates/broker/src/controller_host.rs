@@ -1,26 +1,42 @@
 //! The controller role hosted in a broker process: the I/O shell around the pure
-//! [`syncline_controller::Controller`].
+//! [`syncline_controller::Controller`] and the controller quorum
+//! ([`syncline_controller::Quorum`]).
 //!
-//! One event loop owns the controller. For every operation it decides (pure),
-//! appends the records to the metadata log (fsync), applies them, then answers and
-//! announces the changes: a per-broker sender pushes LeaderAndIsr requests (partition
-//! states, topic configs, the broker list) in order, and falls back to a full image
-//! after any failure. Announcements are idempotent on the broker (partition epochs),
-//! so resending is always safe.
+//! Every voter runs the quorum; the one the quorum elects leader takes office as
+//! the active controller:
+//! 1. it waits until every record earlier controllers committed is applied to its
+//!    image (the quorum's barrier), so it decides on the whole committed state;
+//! 2. it builds a [`Controller`] over that image (every broker gets a fresh session
+//!    from now) and commits a `ControllerStartRecord` with the next controller
+//!    epoch, which brokers fence on;
+//! 3. it sends every registered broker the whole image (LeaderAndIsr, `full`), then
+//!    serves: for every operation it decides (pure), commits the records through
+//!    the quorum (a majority has them), applies them, then answers and announces the
+//!    changes. A per-broker sender pushes LeaderAndIsr requests in order and falls
+//!    back to the whole image after any failure; announcements are idempotent on
+//!    the broker (partition epochs), so resending is always safe.
+//!
+//! It resigns when the quorum elects another leader, when a commit fails (no
+//! majority within `controller_quorum_commit_timeout_ms`: the outcome is unknown,
+//! so its run-time state cannot be trusted) or when a commit lands at an offset its
+//! image did not expect. A voter that is not the active controller answers
+//! controller requests with NOT_CONTROLLER and the leader it knows of.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use syncline_client::Connection;
 use syncline_controller::{
     changed_brokers, changed_partitions, Controller, ControllerConfig, ControllerResult,
-    MetadataImage, MetadataLog,
+    ProposeError, Quorum, QuorumConfig, QuorumStatus, QuorumTransport,
 };
 use syncline_proto::{pb, ErrorCode};
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -33,26 +49,23 @@ const QUEUE: usize = 1024;
 /// Pause between attempts to reach a broker that did not answer.
 const PUSH_BACKOFF: Duration = Duration::from_millis(200);
 const PUSH_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause before a leader that could not take office tries again.
+const RETAKE_PAUSE: Duration = Duration::from_millis(100);
 
 enum Command {
-    Register(
-        pb::BrokerRegistrationRequest,
-        oneshot::Sender<pb::BrokerRegistrationResponse>,
-    ),
-    Heartbeat(
-        pb::BrokerHeartbeatRequest,
-        oneshot::Sender<pb::BrokerHeartbeatResponse>,
-    ),
-    CreateTopics(
-        pb::CreateTopicsRequest,
-        oneshot::Sender<pb::CreateTopicsResponse>,
-    ),
-    AlterPartition(
-        pb::AlterPartitionRequest,
-        oneshot::Sender<pb::AlterPartitionResponse>,
-    ),
+    /// A controller request and where its answer goes.
+    Request(pb::request::Body, oneshot::Sender<pb::response::Body>),
     /// A sender lost its broker: queue the whole image for it.
     FullSync { broker_id: i32, broker_epoch: i64 },
+}
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Command::Request(body, _) => f.write_str(syncline_proto::api_name(body)),
+            Command::FullSync { .. } => f.write_str("FullSync"),
+        }
+    }
 }
 
 /// The handle request handlers use to reach the controller.
@@ -60,61 +73,104 @@ enum Command {
 pub(crate) struct ControllerHandle {
     tx: mpsc::Sender<Command>,
     task: Arc<parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>>,
-}
-
-impl std::fmt::Debug for Command {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Command::Register(..) => "Register",
-            Command::Heartbeat(..) => "Heartbeat",
-            Command::CreateTopics(..) => "CreateTopics",
-            Command::AlterPartition(..) => "AlterPartition",
-            Command::FullSync { .. } => "FullSync",
-        })
-    }
+    quorum: Quorum,
 }
 
 impl ControllerHandle {
-    /// Waits for the event loop to finish (after its shutdown token fired).
+    /// Waits for the event loop to finish (after its shutdown token fired), then
+    /// stops the quorum member.
     pub(crate) async fn join(&self) {
         let task = self.task.lock().take();
         if let Some(t) = task {
             let _ = t.await;
         }
+        self.quorum.shutdown().await;
     }
 
-    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Option<T> {
+    /// Runs a controller request (registration, heartbeat, AlterPartition,
+    /// CreateTopics, DescribeQuorum); None when the controller has stopped. A voter
+    /// that is not the active controller answers an `ErrorResponse` NOT_CONTROLLER
+    /// with a hint.
+    pub(crate) async fn handle(&self, body: pb::request::Body) -> Option<pb::response::Body> {
+        if let pb::request::Body::DescribeQuorum(_) = body {
+            return Some(self.describe_quorum());
+        }
         let (tx, rx) = oneshot::channel();
-        self.tx.send(make(tx)).await.ok()?;
+        self.tx.send(Command::Request(body, tx)).await.ok()?;
         rx.await.ok()
     }
 
-    /// Runs a controller request; None when the controller has stopped.
-    pub(crate) async fn handle(&self, body: pb::request::Body) -> Option<pb::response::Body> {
-        use pb::request::Body as Req;
-        use pb::response::Body as Resp;
-        Some(match body {
-            Req::BrokerRegistration(r) => {
-                Resp::BrokerRegistration(self.ask(|tx| Command::Register(r, tx)).await?)
-            }
-            Req::BrokerHeartbeat(r) => {
-                Resp::BrokerHeartbeat(self.ask(|tx| Command::Heartbeat(r, tx)).await?)
-            }
-            Req::CreateTopics(r) => {
-                Resp::CreateTopics(self.ask(|tx| Command::CreateTopics(r, tx)).await?)
-            }
-            Req::AlterPartition(r) => {
-                Resp::AlterPartition(self.ask(|tx| Command::AlterPartition(r, tx)).await?)
-            }
-            _ => return None,
+    /// Runs one message of the quorum's protocol from another voter.
+    pub(crate) async fn raft(&self, request: pb::RaftRequest) -> pb::RaftResponse {
+        match self.quorum.handle_rpc(request.payload).await {
+            Ok(payload) => pb::RaftResponse {
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                payload,
+            },
+            Err(e) => pb::RaftResponse {
+                error_code: ErrorCode::InvalidRequest as i32,
+                error_message: e,
+                payload: Bytes::new(),
+            },
+        }
+    }
+
+    /// The quorum as this voter sees it; the leader's view when it is the leader,
+    /// NOT_CONTROLLER (with a hint) otherwise.
+    fn describe_quorum(&self) -> pb::response::Body {
+        let status = self.quorum.status();
+        if !status.is_leader {
+            return not_controller(&status, "");
+        }
+        let image = self.quorum.image();
+        pb::response::Body::DescribeQuorum(pb::DescribeQuorumResponse {
+            error_code: ErrorCode::None as i32,
+            error_message: String::new(),
+            leader_id: status.node_id,
+            leader_epoch: status.term as i64,
+            high_watermark: status.committed.map_or(0, |c| c as i64 + 1),
+            controller_epoch: image.controller_epoch(),
+            voters: status
+                .voters
+                .iter()
+                .map(|v| pb::QuorumVoter {
+                    id: v.id,
+                    log_end_offset: v.log_end_offset as i64,
+                    lag: v.lag as i64,
+                    last_contact_ms: v.last_contact_ms.map_or(-1, |ms| ms as i64),
+                })
+                .collect(),
         })
     }
 }
 
-/// Starts the controller: replays the metadata log under `dir`, takes office and
-/// runs the event loop until `shutdown`. On a metadata-log failure it stops and
-/// fires `fatal` (the process must not carry on with an unknown metadata state).
-pub(crate) fn start(
+/// NOT_CONTROLLER from a voter, naming the leader it knows of (if another).
+fn not_controller(status: &QuorumStatus, why: &str) -> pb::response::Body {
+    let hint = status.leader_id.filter(|l| *l != status.node_id);
+    let message = match (hint, why) {
+        (_, why) if !why.is_empty() => why.to_string(),
+        (Some(l), _) => format!(
+            "voter {} is not the active controller; voter {l} is",
+            status.node_id
+        ),
+        (None, _) => format!(
+            "voter {} is not the active controller, and knows of none (an election is under way, or a majority of voters is unreachable)",
+            status.node_id
+        ),
+    };
+    pb::response::Body::Error(pb::ErrorResponse {
+        error_code: ErrorCode::NotController as i32,
+        error_message: message,
+        controller_hint: hint,
+    })
+}
+
+/// Starts this node's controller voter: opens the quorum's log under `dir`, joins
+/// the quorum and runs the event loop until `shutdown`. On a metadata-log failure
+/// it stops and fires `fatal` (the process must not carry on with an unknown
+/// metadata state).
+pub(crate) async fn start(
     dir: &Path,
     config: &BrokerConfig,
     network: Arc<dyn Network>,
@@ -122,83 +178,245 @@ pub(crate) fn start(
     shutdown: CancellationToken,
     fatal: CancellationToken,
 ) -> anyhow::Result<ControllerHandle> {
-    let (log, replayed) = MetadataLog::open(dir)?;
-    let mut image = MetadataImage::new();
-    for (offset, record) in &replayed {
-        image.apply(*offset, record)?;
-    }
+    let legacy = dir.join("metadata.log");
+    anyhow::ensure!(
+        !legacy.exists(),
+        "{} is the metadata log of a single-voter controller from an earlier syncline, which the \
+         controller quorum does not read; move it away (and the rest of the cluster's data \
+         directories with it) to start a new cluster",
+        legacy.display()
+    );
     let mut cc = ControllerConfig::new(config.node_id, config.cluster_id.clone());
     cc.broker_session_timeout_ms = config.broker_session_timeout_ms;
     cc.num_partitions = config.num_partitions;
     cc.default_replication_factor = config.default_replication_factor;
     cc.topic_defaults = crate::topic_config::controller_defaults(config);
-    let controller =
-        Controller::new(cc, image, Instant::now()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    cc.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+
+    let election = config.controller_quorum_election_timeout_ms;
+    let mut qc = QuorumConfig::new(
+        config.node_id,
+        config
+            .controller_quorum_voters
+            .iter()
+            .map(|v| (v.node_id, v.address.to_string()))
+            .collect(),
+        dir.to_path_buf(),
+    );
+    qc.election_timeout_min_ms = election;
+    qc.election_timeout_max_ms = election * 2;
+    qc.heartbeat_interval_ms = (election / 10).max(10);
+    qc.snapshot_every_entries = config.metadata_snapshot_max_new_records;
+    let transport = Arc::new(RaftTransport {
+        inner: Arc::new(TransportInner {
+            network: network.clone(),
+            connections: Mutex::new(HashMap::new()),
+            timeout: Duration::from_millis(config.controller_quorum_request_timeout_ms),
+            max_frame_bytes: config.socket_request_max_bytes,
+            client_id: format!("controller-{}", config.node_id),
+        }),
+    });
+    let quorum = Quorum::start(qc, transport).await?;
     tracing::info!(
-        records = replayed.len(),
-        brokers = controller.image().brokers().count(),
-        partitions = controller.image().partition_count(),
-        "controller replayed the metadata log"
+        voters = ?config.controller_quorum_voters.iter().map(|v| v.node_id).collect::<Vec<_>>(),
+        dir = %dir.display(),
+        "controller voter started"
     );
     let (tx, rx) = mpsc::channel(QUEUE);
     let mut host = Host {
-        controller,
-        log,
+        config: cc,
+        quorum: quorum.clone(),
         senders: HashMap::new(),
         network,
         metrics,
         commands: tx.clone(),
         shutdown: shutdown.clone(),
+        commit_timeout: Duration::from_millis(config.controller_quorum_commit_timeout_ms),
+        session: Duration::from_millis(config.broker_session_timeout_ms),
+        last_leader: None,
     };
-    let session = Duration::from_millis(config.broker_session_timeout_ms);
     let task = tokio::spawn(async move {
-        if let Err(e) = host.run(rx, session).await {
+        if let Err(e) = host.run(rx).await {
             tracing::error!(error = %e, "controller stopped: the metadata log cannot be written");
             fatal.cancel();
         }
-        for s in host.senders.values() {
-            s.cancel.cancel();
-        }
+        host.resign_senders();
+        host.metrics.active_controller.set(0);
     });
     Ok(ControllerHandle {
         tx,
         task: Arc::new(parking_lot::Mutex::new(Some(task))),
+        quorum,
     })
 }
 
+/// Why an office ended early.
+#[derive(Debug, thiserror::Error)]
+enum Resign {
+    /// The quorum has another leader (or none).
+    #[error("the quorum has another leader, or none")]
+    NotLeader,
+    /// A commit did not reach a majority in time: its outcome is unknown.
+    #[error("{0}")]
+    NoQuorum(String),
+    /// A commit landed at another offset than the image expected.
+    #[error("a commit landed at metadata offset {got}, but the image expected {expected}")]
+    Diverged { expected: i64, got: i64 },
+    /// The log cannot be written or a committed record cannot be applied.
+    #[error("{0}")]
+    Fatal(anyhow::Error),
+}
+
+impl Resign {
+    /// The answer a request whose commit ended the office gets.
+    fn answer(&self, status: &QuorumStatus) -> pb::response::Body {
+        match self {
+            Resign::NoQuorum(why) => pb::response::Body::Error(pb::ErrorResponse {
+                error_code: ErrorCode::RequestTimedOut as i32,
+                error_message: why.clone(),
+                controller_hint: None,
+            }),
+            _ => not_controller(status, ""),
+        }
+    }
+}
+
 struct Host {
-    controller: Controller,
-    log: MetadataLog,
+    config: ControllerConfig,
+    quorum: Quorum,
     senders: HashMap<i32, Arc<BrokerSender>>,
     network: Arc<dyn Network>,
     metrics: Arc<BrokerMetrics>,
     commands: mpsc::Sender<Command>,
     shutdown: CancellationToken,
+    commit_timeout: Duration,
+    session: Duration,
+    /// The (term, leader) last seen, to count elections.
+    last_leader: Option<(u64, i32)>,
 }
 
 impl Host {
-    async fn run(
+    /// Follows the quorum: takes office whenever this voter leads it, refuses
+    /// controller requests otherwise. Returns on shutdown; an error is fatal.
+    async fn run(&mut self, mut rx: mpsc::Receiver<Command>) -> anyhow::Result<()> {
+        let mut status = self.quorum.subscribe();
+        loop {
+            let now = status.borrow_and_update().clone();
+            self.observe(&now);
+            if now.is_leader {
+                match self.hold_office(now.term, &mut rx, &mut status).await {
+                    Ok(()) => return Ok(()),
+                    Err(Resign::Fatal(e)) => return Err(e),
+                    Err(reason) => {
+                        tracing::warn!(%reason, term = now.term, "the active controller resigned");
+                        // Give the quorum a moment before trying again as its leader.
+                        tokio::select! {
+                            _ = self.shutdown.cancelled() => return Ok(()),
+                            _ = status.changed() => {}
+                            _ = tokio::time::sleep(RETAKE_PAUSE) => {}
+                        }
+                        continue;
+                    }
+                }
+            }
+            tokio::select! {
+                _ = self.shutdown.cancelled() => return Ok(()),
+                changed = status.changed() => if changed.is_err() { return Ok(()) },
+                cmd = rx.recv() => match cmd {
+                    None => return Ok(()),
+                    Some(cmd) => refuse(cmd, &now),
+                },
+            }
+        }
+    }
+
+    /// Metrics and logs of the quorum's state.
+    fn observe(&mut self, status: &QuorumStatus) {
+        self.metrics
+            .metadata_log_end_offset
+            .set(status.log_end_offset as i64);
+        if let Some(leader) = status.leader_id {
+            if self.last_leader != Some((status.term, leader)) {
+                self.last_leader = Some((status.term, leader));
+                self.metrics.controller_elections.inc();
+                tracing::info!(
+                    term = status.term,
+                    leader,
+                    "the controller quorum has a leader"
+                );
+            }
+        }
+    }
+
+    /// Takes office as the leader of `term` and serves until it ends: `Ok` on
+    /// shutdown, the reason otherwise.
+    async fn hold_office(
         &mut self,
-        mut rx: mpsc::Receiver<Command>,
-        session: Duration,
-    ) -> anyhow::Result<()> {
-        let start = self.controller.start();
-        self.commit(start)?;
+        term: u64,
+        rx: &mut mpsc::Receiver<Command>,
+        status: &mut watch::Receiver<QuorumStatus>,
+    ) -> Result<(), Resign> {
+        // 1. Everything earlier controllers committed is in the image first.
+        {
+            let quorum = self.quorum.clone();
+            let barrier = quorum.barrier(self.commit_timeout);
+            tokio::pin!(barrier);
+            loop {
+                tokio::select! {
+                    _ = self.shutdown.cancelled() => return Ok(()),
+                    r = &mut barrier => {
+                        r.map_err(|e| resign_for(e, self.commit_timeout))?;
+                        break;
+                    }
+                    cmd = rx.recv() => match cmd {
+                        None => return Ok(()),
+                        Some(cmd) => refuse(cmd, &status.borrow().clone()),
+                    },
+                }
+            }
+        }
+        let image = self.quorum.image();
+        self.metrics
+            .baseline_unclean_elections(image.unclean_elections_total());
+        let mut controller = Controller::new(self.config.clone(), image, Instant::now())
+            .map_err(|e| Resign::Fatal(anyhow::anyhow!("{e}")))?;
+        let start = controller.start();
+        self.commit(&mut controller, start).await?;
+        let mut office = Office { controller };
         tracing::info!(
-            controller_epoch = self.controller.controller_epoch(),
+            controller_epoch = office.controller.controller_epoch(),
+            term,
+            metadata_offset = office.controller.image().last_applied_offset(),
+            brokers = office.controller.image().brokers().count(),
+            partitions = office.controller.image().partition_count(),
             "controller took office"
         );
         self.metrics.active_controller.set(1);
+        let outcome = self.serve(&mut office, term, rx, status).await;
+        self.metrics.active_controller.set(0);
+        self.resign_senders();
+        outcome
+    }
+
+    /// The active controller's loop.
+    async fn serve(
+        &mut self,
+        office: &mut Office,
+        term: u64,
+        rx: &mut mpsc::Receiver<Command>,
+        status: &mut watch::Receiver<QuorumStatus>,
+    ) -> Result<(), Resign> {
         // Every registered broker gets the whole image.
-        let ids: Vec<i32> = self
+        let ids: Vec<i32> = office
             .controller
             .image()
             .brokers()
             .map(|b| b.broker_id)
             .collect();
         for id in ids {
-            self.ensure_sender(id, true);
+            self.ensure_sender(&office.controller, id, true);
         }
+        let session = self.session;
         let every = (session / 10).clamp(Duration::from_millis(10), Duration::from_millis(500));
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -209,82 +427,122 @@ impl Host {
         let mut last_tick = Instant::now();
         loop {
             tokio::select! {
-                _ = self.shutdown.cancelled() => break,
+                _ = self.shutdown.cancelled() => return Ok(()),
+                changed = status.changed() => {
+                    if changed.is_err() {
+                        return Ok(());
+                    }
+                    let now = status.borrow_and_update().clone();
+                    self.observe(&now);
+                    if !now.is_leader || now.term != term {
+                        return Err(Resign::NotLeader);
+                    }
+                }
                 _ = tick.tick() => {
                     let now = Instant::now();
                     let gap = now.saturating_duration_since(last_tick);
                     last_tick = now;
                     if gap > stalled_after {
                         tracing::warn!(stalled_ms = gap.as_millis() as u64, "the controller did not run for a while: every broker gets a new session");
-                        self.controller.restart_sessions(now);
+                        office.controller.restart_sessions(now);
                     }
                     // Each fenced broker is logged once, by the controller's decision
                     // ("broker session expired: fencing", with its silence).
-                    let r = self.controller.tick(now);
-                    self.commit(r)?;
+                    let r = office.controller.tick(now);
+                    self.commit(&mut office.controller, r).await?;
                 }
                 cmd = rx.recv() => match cmd {
-                    None => break,
-                    Some(cmd) => self.handle(cmd)?,
+                    None => return Ok(()),
+                    Some(Command::Request(body, reply)) => {
+                        match self.decide(&mut office.controller, body).await {
+                            Ok(response) => { let _ = reply.send(response); }
+                            Err(resign) => {
+                                let _ = reply.send(resign.answer(&self.quorum.status()));
+                                return Err(resign);
+                            }
+                        }
+                    }
+                    Some(Command::FullSync { broker_id, broker_epoch }) => {
+                        let current = office.controller.image().broker(broker_id).map(|b| b.epoch);
+                        if current == Some(broker_epoch) {
+                            if let Some(s) = self.senders.get(&broker_id) {
+                                s.replace_with(full_request(&office.controller, broker_id));
+                            }
+                        }
+                    }
                 },
             }
         }
-        self.metrics.active_controller.set(0);
-        Ok(())
     }
 
-    fn handle(&mut self, cmd: Command) -> anyhow::Result<()> {
+    /// Decides one request, commits what it changes, returns the answer.
+    async fn decide(
+        &mut self,
+        c: &mut Controller,
+        body: pb::request::Body,
+    ) -> Result<pb::response::Body, Resign> {
+        use pb::request::Body as Req;
+        use pb::response::Body as Resp;
         let now = Instant::now();
-        match cmd {
-            Command::Register(req, reply) => {
-                let r = self.controller.register_broker(&req, now);
-                let response = self.commit(r)?;
-                let _ = reply.send(response);
+        Ok(match body {
+            Req::BrokerRegistration(req) => {
+                let r = c.register_broker(&req, now);
+                Resp::BrokerRegistration(self.commit(c, r).await?)
             }
-            Command::Heartbeat(req, reply) => {
-                let r = self.controller.heartbeat(&req, now);
-                let response = self.commit(r)?;
-                let _ = reply.send(response);
+            Req::BrokerHeartbeat(req) => {
+                let r = c.heartbeat(&req, now);
+                Resp::BrokerHeartbeat(self.commit(c, r).await?)
             }
-            Command::CreateTopics(req, reply) => {
-                let r = self.controller.create_topics(&req);
-                let response = self.commit(r)?;
+            Req::CreateTopics(req) => {
+                let r = c.create_topics(&req);
+                let response = self.commit(c, r).await?;
                 for t in &response.topics {
                     if t.error_code == 0 && !req.validate_only {
                         tracing::info!(topic = %t.name, partitions = t.num_partitions, replication_factor = t.replication_factor, "topic created");
                     }
                 }
-                let _ = reply.send(response);
+                Resp::CreateTopics(response)
             }
-            Command::AlterPartition(req, reply) => {
-                let r = self.controller.alter_partition(&req);
-                let response = self.commit(r)?;
-                let _ = reply.send(response);
+            Req::AlterPartition(req) => {
+                let r = c.alter_partition(&req);
+                Resp::AlterPartition(self.commit(c, r).await?)
             }
-            Command::FullSync {
-                broker_id,
-                broker_epoch,
-            } => {
-                let current = self.controller.image().broker(broker_id).map(|b| b.epoch);
-                if current == Some(broker_epoch) {
-                    if let Some(s) = self.senders.get(&broker_id) {
-                        s.replace_with(self.full_request(broker_id));
-                    }
-                }
-            }
-        }
-        Ok(())
+            other => Resp::Error(pb::ErrorResponse {
+                error_code: ErrorCode::InvalidRequest as i32,
+                error_message: format!(
+                    "{} is not a controller request",
+                    syncline_proto::api_name(&other)
+                ),
+                controller_hint: None,
+            }),
+        })
     }
 
-    /// Makes a decision true: append durably, apply, announce.
-    fn commit<T>(&mut self, result: ControllerResult<T>) -> anyhow::Result<T> {
+    /// Makes a decision true: commit through the quorum (a majority of voters has
+    /// the records durably), apply, announce.
+    async fn commit<T>(
+        &mut self,
+        c: &mut Controller,
+        result: ControllerResult<T>,
+    ) -> Result<T, Resign> {
         if result.records.is_empty() {
             return Ok(result.response);
         }
-        let first = self.log.append(&result.records)?;
-        self.controller.replay_all(first, &result.records)?;
-        self.announce(&result.records);
-        let image = self.controller.image();
+        let first = self
+            .quorum
+            .propose(result.records.clone(), self.commit_timeout)
+            .await
+            .map_err(|e| resign_for(e, self.commit_timeout))?;
+        if first != c.next_offset() {
+            return Err(Resign::Diverged {
+                expected: c.next_offset(),
+                got: first,
+            });
+        }
+        c.replay_all(first, &result.records)
+            .map_err(|e| Resign::Fatal(e.into()))?;
+        self.announce(c, &result.records);
+        let image = c.image();
         self.metrics
             .offline_partitions_count
             .set(image.offline_partitions_count() as i64);
@@ -295,11 +553,11 @@ impl Host {
         Ok(result.response)
     }
 
-    fn announce(&mut self, records: &[pb::MetadataRecord]) {
+    fn announce(&mut self, c: &Controller, records: &[pb::MetadataRecord]) {
         let partitions = changed_partitions(records);
         let brokers_changed = changed_brokers(records);
         let topics: BTreeSet<&str> = partitions.iter().map(|tp| &*tp.topic).collect();
-        let image = self.controller.image();
+        let image = c.image();
         let states: Vec<pb::PartitionState> = partitions
             .iter()
             .filter_map(|tp| image.partition_state(tp))
@@ -323,52 +581,34 @@ impl Host {
             })
             .collect();
         for id in &registered {
-            self.ensure_sender(*id, true);
+            self.ensure_sender(c, *id, true);
         }
         if states.is_empty() && broker_infos.is_empty() {
             return;
         }
-        let ids: Vec<i32> = self.senders.keys().copied().collect();
-        for id in ids {
-            if registered.contains(&id) {
+        for (id, sender) in &self.senders {
+            if registered.contains(id) {
                 continue;
             }
-            let Some(b) = self.controller.image().broker(id) else {
+            let Some(b) = image.broker(*id) else {
                 continue;
             };
-            let request = pb::LeaderAndIsrRequest {
-                controller_id: self.controller.config().node_id,
-                controller_epoch: self.controller.controller_epoch(),
+            sender.push(pb::LeaderAndIsrRequest {
+                controller_id: c.config().node_id,
+                controller_epoch: c.controller_epoch(),
                 broker_epoch: b.epoch,
-                metadata_offset: self.controller.image().last_applied_offset(),
+                metadata_offset: image.last_applied_offset(),
                 full: false,
                 topics: topic_states.clone(),
                 partition_states: states.clone(),
                 brokers: broker_infos.clone(),
-            };
-            if let Some(s) = self.senders.get(&id) {
-                s.push(request);
-            }
-        }
-    }
-
-    fn full_request(&self, broker_id: i32) -> pb::LeaderAndIsrRequest {
-        let image = self.controller.image();
-        pb::LeaderAndIsrRequest {
-            controller_id: self.controller.config().node_id,
-            controller_epoch: self.controller.controller_epoch(),
-            broker_epoch: image.broker(broker_id).map_or(-1, |b| b.epoch),
-            metadata_offset: image.last_applied_offset(),
-            full: true,
-            topics: image.topic_states(),
-            partition_states: image.partition_states(),
-            brokers: image.broker_infos(),
+            });
         }
     }
 
     /// Starts (or restarts, for a new registration) the sender of `broker_id`.
-    fn ensure_sender(&mut self, broker_id: i32, full: bool) {
-        let Some(b) = self.controller.image().broker(broker_id) else {
+    fn ensure_sender(&mut self, c: &Controller, broker_id: i32, full: bool) {
+        let Some(b) = c.image().broker(broker_id) else {
             return;
         };
         let epoch = b.epoch;
@@ -397,10 +637,142 @@ impl Host {
             self.senders.insert(broker_id, sender);
         }
         if full {
-            let request = self.full_request(broker_id);
             if let Some(s) = self.senders.get(&broker_id) {
-                s.replace_with(request);
+                s.replace_with(full_request(c, broker_id));
             }
+        }
+    }
+
+    /// Stops every sender (the office ended: its announcements would be refused).
+    fn resign_senders(&mut self) {
+        for (_, s) in self.senders.drain() {
+            s.cancel.cancel();
+        }
+        self.metrics.offline_partitions_count.set(0);
+        self.metrics.set_broker_counts(0, 0);
+    }
+}
+
+/// The active controller's state for one term.
+struct Office {
+    controller: Controller,
+}
+
+/// The resignation a failed proposal or barrier calls for.
+fn resign_for(e: ProposeError, timeout: Duration) -> Resign {
+    match e {
+        ProposeError::NotLeader { .. } => Resign::NotLeader,
+        ProposeError::Timeout { .. } => Resign::NoQuorum(format!(
+            "the controller quorum lost its majority: a metadata change was not committed within \
+             {} ms (controller_quorum_commit_timeout_ms); metadata changes fail until a majority \
+             of the controller voters is reachable again",
+            timeout.as_millis()
+        )),
+        ProposeError::Fatal(e) => Resign::Fatal(anyhow::anyhow!(e)),
+        // The controller decided a record with nothing in it: a bug, never input.
+        ProposeError::Invalid(e) => Resign::Fatal(anyhow::anyhow!("invalid proposal: {e}")),
+    }
+}
+
+/// Answers a request this voter cannot serve now.
+fn refuse(cmd: Command, status: &QuorumStatus) {
+    if let Command::Request(_, reply) = cmd {
+        let _ = reply.send(not_controller(status, ""));
+    }
+}
+
+fn full_request(c: &Controller, broker_id: i32) -> pb::LeaderAndIsrRequest {
+    let image = c.image();
+    pb::LeaderAndIsrRequest {
+        controller_id: c.config().node_id,
+        controller_epoch: c.controller_epoch(),
+        broker_epoch: image.broker(broker_id).map_or(-1, |b| b.epoch),
+        metadata_offset: image.last_applied_offset(),
+        full: true,
+        topics: image.topic_states(),
+        partition_states: image.partition_states(),
+        brokers: image.broker_infos(),
+    }
+}
+
+/// The quorum's transport over the brokers' own connections: a `Raft` request on
+/// the voter's inter-broker listener.
+#[derive(Debug)]
+struct RaftTransport {
+    inner: Arc<TransportInner>,
+}
+
+#[derive(Debug)]
+struct TransportInner {
+    network: Arc<dyn Network>,
+    connections: Mutex<HashMap<i32, Connection>>,
+    timeout: Duration,
+    max_frame_bytes: usize,
+    client_id: String,
+}
+
+impl QuorumTransport for RaftTransport {
+    fn call(
+        &self,
+        target: i32,
+        address: &str,
+        request: Bytes,
+    ) -> BoxFuture<'static, Result<Bytes, String>> {
+        let inner = self.inner.clone();
+        let address = address.to_string();
+        Box::pin(async move {
+            let result = tokio::time::timeout(inner.timeout, inner.call(target, &address, request))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(format!(
+                        "voter {target} at {address} did not answer in time"
+                    ))
+                });
+            if result.is_err() {
+                inner.connections.lock().remove(&target);
+            }
+            result
+        })
+    }
+}
+
+impl TransportInner {
+    async fn call(&self, target: i32, address: &str, request: Bytes) -> Result<Bytes, String> {
+        let cached = self
+            .connections
+            .lock()
+            .get(&target)
+            .filter(|c| !c.is_closed())
+            .cloned();
+        let conn = match cached {
+            Some(c) => c,
+            None => {
+                let stream =
+                    self.network.connect(address).await.map_err(|e| {
+                        format!("cannot connect to voter {target} at {address}: {e}")
+                    })?;
+                let c =
+                    Connection::from_stream(stream, address, &self.client_id, self.max_frame_bytes);
+                self.connections.lock().insert(target, c.clone());
+                c
+            }
+        };
+        match conn
+            .send(pb::request::Body::Raft(pb::RaftRequest {
+                payload: request,
+            }))
+            .await
+        {
+            Ok(pb::response::Body::Raft(r)) if r.error_code == ErrorCode::None as i32 => {
+                Ok(r.payload)
+            }
+            Ok(pb::response::Body::Raft(r)) => Err(format!(
+                "voter {target} refused: {}: {}",
+                ErrorCode::from_wire(r.error_code),
+                r.error_message
+            )),
+            Ok(_) => Err(format!("voter {target} sent an unexpected response")),
+            Err(e) => Err(format!("voter {target}: {e}")),
         }
     }
 }

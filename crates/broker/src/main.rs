@@ -20,10 +20,16 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    // The Raft library warns on every heartbeat a down voter misses; the controller
+    // host reports the quorum's state itself. RUST_LOG naming openraft overrides.
+    let directives = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into());
+    let directives = if directives.contains("openraft") {
+        directives
+    } else {
+        format!("{directives},openraft=error")
+    };
     tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
+        .with_env_filter(EnvFilter::new(directives))
         .with_target(false)
         // Colours only for a person at a terminal: in a log file, escape codes
         // would split `key=value` fields and defeat grep.

@@ -32,6 +32,8 @@ pub(crate) struct MetadataCache {
     /// Held for the whole application of an announcement (cache and roles), so a
     /// reader waiting for a change sees it only once it has fully taken effect.
     update: parking_lot::Mutex<()>,
+    /// The controller of the last accepted announcement (-1 before any).
+    controller: tokio::sync::watch::Sender<i32>,
 }
 
 /// What an announcement changed.
@@ -44,11 +46,11 @@ pub(crate) struct AppliedMetadata {
 }
 
 impl MetadataCache {
-    pub(crate) fn new(cluster_id: &str, controller_id: i32) -> MetadataCache {
+    pub(crate) fn new(cluster_id: &str) -> MetadataCache {
         MetadataCache {
             image: RwLock::new(Image {
                 cluster_id: cluster_id.to_string(),
-                controller_id,
+                controller_id: -1,
                 controller_epoch: -1,
                 metadata_offset: -1,
                 brokers: BTreeMap::new(),
@@ -56,7 +58,14 @@ impl MetadataCache {
             }),
             changed: Notify::new(),
             update: parking_lot::Mutex::new(()),
+            controller: tokio::sync::watch::Sender::new(-1),
         }
+    }
+
+    /// Follows the controller of the accepted announcements: a new active
+    /// controller announces itself to every broker as it takes office.
+    pub(crate) fn subscribe_controller(&self) -> tokio::sync::watch::Receiver<i32> {
+        self.controller.subscribe()
     }
 
     /// Serialises announcements: hold the guard while applying one (see `update`).
@@ -99,6 +108,11 @@ impl MetadataCache {
         })
     }
 
+    /// The controller that sent the last applied announcement; -1 before any.
+    pub(crate) fn controller_id(&self) -> i32 {
+        self.image.read().controller_id
+    }
+
     /// The controller epoch of the last applied announcement.
     pub(crate) fn controller_epoch(&self) -> i32 {
         self.image.read().controller_epoch
@@ -116,6 +130,11 @@ impl MetadataCache {
         let mut applied = AppliedMetadata::default();
         image.controller_epoch = image.controller_epoch.max(req.controller_epoch);
         image.controller_id = req.controller_id;
+        self.controller.send_if_modified(|c| {
+            let changed = *c != req.controller_id;
+            *c = req.controller_id;
+            changed
+        });
         image.metadata_offset = image.metadata_offset.max(req.metadata_offset);
         if req.full || !req.brokers.is_empty() {
             if req.full {
@@ -398,7 +417,7 @@ mod tests {
 
     #[test]
     fn stale_states_are_skipped_and_newer_ones_applied() {
-        let c = MetadataCache::new("c", 1);
+        let c = MetadataCache::new("c");
         assert_eq!(
             c.apply(&req(vec![ps(0, 1, 2, 5)], false)).partitions.len(),
             1
@@ -422,7 +441,7 @@ mod tests {
 
     #[test]
     fn metadata_lists_unfenced_brokers_and_offline_replicas() {
-        let c = MetadataCache::new("c", 1);
+        let c = MetadataCache::new("c");
         c.apply(&req(vec![ps(0, 1, 0, 0), ps(1, -1, 0, 0)], true));
         let m = c.metadata(&[], "PLAINTEXT");
         assert_eq!(

@@ -73,6 +73,8 @@ pub struct BrokerMetrics {
     unclean_leader_elections: Counter,
     unclean_seen: AtomicU64,
     pub(crate) active_controller: Gauge,
+    pub(crate) metadata_log_end_offset: Gauge,
+    pub(crate) controller_elections: Counter,
     pub(crate) replica_fetcher_max_lag: Gauge,
     fetcher_requests: Family<LeaderLabel, Counter>,
     fetcher_failures: Family<LeaderLabel, Counter>,
@@ -168,6 +170,17 @@ impl BrokerMetrics {
             "active_controller",
             "1 on the broker hosting the active controller",
         );
+        let metadata_log_end_offset = gauge(
+            &mut registry,
+            "metadata_log_end_offset",
+            "End of this controller voter's metadata (Raft) log",
+        );
+        let controller_elections = Counter::default();
+        registry.register(
+            "controller_elections",
+            "Active controllers this voter has seen elected (new quorum leaders)",
+            controller_elections.clone(),
+        );
         let replica_fetcher_max_lag = gauge(
             &mut registry,
             "replica_fetcher_max_lag",
@@ -254,6 +267,8 @@ impl BrokerMetrics {
             unclean_leader_elections,
             unclean_seen: AtomicU64::new(0),
             active_controller,
+            metadata_log_end_offset,
+            controller_elections,
             replica_fetcher_max_lag,
             fetcher_requests,
             fetcher_failures,
@@ -343,6 +358,12 @@ impl BrokerMetrics {
         self.fenced_broker_count.set(fenced as i64);
         self.active_broker_count
             .set(registered.saturating_sub(fenced) as i64);
+    }
+
+    /// A new active controller starts counting from the image's running total: the
+    /// elections before it were counted by the controller that decided them.
+    pub(crate) fn baseline_unclean_elections(&self, total: u64) {
+        self.unclean_seen.store(total, Ordering::Release);
     }
 
     /// Brings the unclean-elections counter up to the controller's running total.

@@ -840,7 +840,7 @@ mod tests {
             ))
             .expect("broker config"),
         );
-        let metadata = Arc::new(MetadataCache::new("test", 1));
+        let metadata = Arc::new(MetadataCache::new("test"));
         let metrics = Arc::new(BrokerMetrics::new());
         let broker_epoch = Arc::new(AtomicI64::new(7));
         let fetchers = Arc::new(FetcherManager::new(

@@ -84,6 +84,7 @@ impl Responder {
         self.send(pb::response::Body::Error(pb::ErrorResponse {
             error_code: code as i32,
             error_message: message.into(),
+            controller_hint: None,
         }));
     }
 

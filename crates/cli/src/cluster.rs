@@ -18,13 +18,13 @@ pub(crate) async fn run(command: ClusterCommand, bootstrap: &str) -> Result<()> 
         topic: None,
     };
     let fail = |e: syncline_client::ClientError| anyhow::anyhow!(explain(&e, ctx));
-    let cluster = Admin::new(ClientConfig::new(bootstrap))
-        .map_err(fail)?
-        .describe_cluster()
-        .await
-        .map_err(fail)?;
+    let admin = Admin::new(ClientConfig::new(bootstrap)).map_err(fail)?;
+    let cluster = admin.describe_cluster().await.map_err(fail)?;
+    // The quorum is the active controller's to describe; without one the rest of the
+    // description still prints, with the reason.
+    let quorum = admin.describe_quorum().await.map_err(|e| e.to_string());
     if !fields.fields.is_empty() {
-        let all = cluster_json(&cluster);
+        let all = cluster_json(&cluster, &quorum);
         let line = match fields.broker {
             Some(id) => fields::select(
                 fields::broker(&all, id)?,
@@ -35,9 +35,12 @@ pub(crate) async fn run(command: ClusterCommand, bootstrap: &str) -> Result<()> 
         };
         println!("{line}");
     } else if json {
-        println!("{}", serde_json::to_string_pretty(&cluster_json(&cluster))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&cluster_json(&cluster, &quorum))?
+        );
     } else {
-        print!("{}", cluster_table(&cluster));
+        print!("{}", cluster_table(&cluster, &quorum));
     }
     Ok(())
 }

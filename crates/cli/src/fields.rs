@@ -97,7 +97,11 @@ pub(crate) fn select(object: &Value, what: &str, names: &[String]) -> Result<Str
     };
     let mut out = Vec::with_capacity(names.len());
     for name in names {
-        let Some(value) = map.get(name) else {
+        // `quorum.leader_id`: a key of a nested object.
+        let value = name
+            .split('.')
+            .try_fold(object, |v, key| v.as_object().and_then(|m| m.get(key)));
+        let Some(value) = value else {
             let known: Vec<&str> = map
                 .iter()
                 .filter(|(_, v)| plain(v).is_some())

@@ -2,7 +2,7 @@
 //! people, JSON for scripts. Pure functions of the client's descriptions.
 
 use serde_json::{json, Value};
-use syncline_client::{ClusterDescription, TopicDescription};
+use syncline_client::{ClusterDescription, QuorumDescription, TopicDescription};
 
 /// Left-aligned columns separated by two spaces.
 #[derive(Debug)]
@@ -194,7 +194,10 @@ pub(crate) fn topic_json(t: &TopicDescription) -> Value {
 }
 
 /// `cluster describe` as a table.
-pub(crate) fn cluster_table(c: &ClusterDescription) -> String {
+pub(crate) fn cluster_table(
+    c: &ClusterDescription,
+    quorum: &Result<QuorumDescription, String>,
+) -> String {
     let mut out = format!(
         "Cluster: {}  Controller: {}\n\n",
         if c.cluster_id.is_empty() {
@@ -227,14 +230,70 @@ pub(crate) fn cluster_table(c: &ClusterDescription) -> String {
         ]);
     }
     out.push_str(&table.render());
+    out.push('\n');
+    out.push_str(&quorum_table(quorum));
     out
 }
 
-/// `cluster describe --json`.
-pub(crate) fn cluster_json(c: &ClusterDescription) -> Value {
+/// The quorum part of `cluster describe`: like `kafka-metadata-quorum describe
+/// --status` (first line) and `--replication` (the table).
+fn quorum_table(quorum: &Result<QuorumDescription, String>) -> String {
+    let q = match quorum {
+        Ok(q) => q,
+        Err(why) => return format!("Controller quorum: unavailable ({why})\n"),
+    };
+    let mut out = format!(
+        "Controller quorum: leader {}  leader epoch {}  high watermark {}  controller epoch {}\n\n",
+        q.leader_id, q.leader_epoch, q.high_watermark, q.controller_epoch
+    );
+    let mut table = Table::new(&[
+        "VOTER",
+        "STATUS",
+        "LOG_END_OFFSET",
+        "LAG",
+        "LAST_CONTACT_MS",
+    ]);
+    for v in &q.voters {
+        table.row(vec![
+            v.id.to_string(),
+            if v.id == q.leader_id {
+                "leader"
+            } else {
+                "follower"
+            }
+            .to_string(),
+            v.log_end_offset.to_string(),
+            v.lag.to_string(),
+            opt(v.last_contact_ms),
+        ]);
+    }
+    out.push_str(&table.render());
+    out
+}
+
+/// `cluster describe --json`: `quorum` is null (and `quorum_error` says why) when
+/// no active controller answered.
+pub(crate) fn cluster_json(
+    c: &ClusterDescription,
+    quorum: &Result<QuorumDescription, String>,
+) -> Value {
     json!({
         "cluster_id": c.cluster_id,
         "controller_id": c.controller_id,
+        "quorum": quorum.as_ref().ok().map(|q| json!({
+            "leader_id": q.leader_id,
+            "leader_epoch": q.leader_epoch,
+            "high_watermark": q.high_watermark,
+            "controller_epoch": q.controller_epoch,
+            "voters": q.voters.iter().map(|v| json!({
+                "id": v.id,
+                "leader": v.id == q.leader_id,
+                "log_end_offset": v.log_end_offset,
+                "lag": v.lag,
+                "last_contact_ms": v.last_contact_ms,
+            })).collect::<Vec<_>>(),
+        })),
+        "quorum_error": quorum.as_ref().err(),
         "brokers": c.brokers.iter().map(|b| json!({
             "id": b.endpoint.id,
             "host": b.endpoint.host,
@@ -255,7 +314,8 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
     use syncline_client::{
-        BrokerDescription, BrokerEndpoint, LeaderView, PartitionDescription, ReplicaStatus,
+        BrokerDescription, BrokerEndpoint, LeaderView, PartitionDescription, QuorumVoter,
+        ReplicaStatus,
     };
 
     fn topic() -> TopicDescription {
@@ -368,18 +428,59 @@ PARTITION  REPLICA  LOG_END_OFFSET  LAG  LAST_CAUGHT_UP_MS_AGO  IN_ISR
             controller_id: Some(1),
             brokers: vec![broker(1, false), broker(2, true)],
         };
+        let voter = |id: i32, log_end_offset: i64, last_contact_ms: Option<i64>| QuorumVoter {
+            id,
+            log_end_offset,
+            lag: 40 - log_end_offset,
+            last_contact_ms,
+        };
+        let quorum = Ok(QuorumDescription {
+            leader_id: 1,
+            leader_epoch: 4,
+            high_watermark: 40,
+            controller_epoch: 6,
+            voters: vec![voter(1, 40, Some(0)), voter(2, 38, None)],
+        });
         let expected = "\
 Cluster: abc  Controller: 1
 
 ID  ENDPOINT        RACK  STATUS            BROKER_EPOCH  METRICS
 1   127.0.0.1:9091  r1    alive,controller  101           127.0.0.1:9101
 2   127.0.0.1:9092  -     fenced            102           -
+
+Controller quorum: leader 1  leader epoch 4  high watermark 40  controller epoch 6
+
+VOTER  STATUS    LOG_END_OFFSET  LAG  LAST_CONTACT_MS
+1      leader    40              0    0
+2      follower  38              2    -
 ";
-        assert_eq!(cluster_table(&c), expected);
-        let v = cluster_json(&c);
+        assert_eq!(cluster_table(&c, &quorum), expected);
+        let v = cluster_json(&c, &quorum);
         assert_eq!(v["controller_id"], 1);
         assert_eq!(v["brokers"][1]["status"], "fenced");
         assert_eq!(v["brokers"][0]["endpoint"], "127.0.0.1:9091");
         assert!(v["brokers"][1]["metrics_address"].is_null());
+        assert_eq!(v["quorum"]["leader_id"], 1);
+        assert_eq!(v["quorum"]["voters"][1]["id"], 2);
+        assert_eq!(v["quorum"]["voters"][1]["log_end_offset"], 38);
+        assert_eq!(v["quorum"]["voters"][1]["lag"], 2);
+        assert!(v["quorum"]["voters"][1]["last_contact_ms"].is_null());
+        assert!(v["quorum_error"].is_null());
+
+        let lost = Err("no active controller".to_string());
+        assert!(cluster_table(&c, &lost)
+            .ends_with("Controller quorum: unavailable (no active controller)\n"));
+        let v = cluster_json(&c, &lost);
+        assert!(v["quorum"].is_null());
+        assert_eq!(v["quorum_error"], "no active controller");
+        assert_eq!(
+            crate::fields::select(&v, "the cluster", &["quorum_error".into()]).unwrap(),
+            "no_active_controller"
+        );
+        let v = cluster_json(&c, &quorum);
+        assert_eq!(
+            crate::fields::select(&v, "the cluster", &["quorum.leader_id".into()]).unwrap(),
+            "1"
+        );
     }
 }

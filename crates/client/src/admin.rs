@@ -159,6 +159,36 @@ pub struct ClusterDescription {
     pub brokers: Vec<BrokerDescription>,
 }
 
+/// The controller quorum as its leader, the active controller, sees it (Kafka's
+/// `kafka-metadata-quorum describe --status --replication`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuorumDescription {
+    /// The active controller: the quorum's leader.
+    pub leader_id: i32,
+    /// The leader's term (the quorum's leader epoch).
+    pub leader_epoch: i64,
+    /// The end of the committed part of the metadata (Raft) log.
+    pub high_watermark: i64,
+    /// The controller epoch LeaderAndIsr requests carry.
+    pub controller_epoch: i32,
+    /// Every voter, by id.
+    pub voters: Vec<QuorumVoter>,
+}
+
+/// One controller voter as the leader sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuorumVoter {
+    /// The voter's node id.
+    pub id: i32,
+    /// The end of its metadata log, as far as the leader knows.
+    pub log_end_offset: i64,
+    /// Entries it is behind the leader's log end.
+    pub lag: i64,
+    /// Milliseconds since the leader last heard from it (0 for the leader itself);
+    /// `None` if never.
+    pub last_contact_ms: Option<i64>,
+}
+
 /// Administrative client.
 ///
 /// ```no_run
@@ -223,6 +253,7 @@ impl Admin {
                     .collect(),
                 timeout_ms: i32::try_from(config.request_timeout_ms).unwrap_or(i32::MAX),
                 validate_only: false,
+                forwarded: false,
             };
             let body = self
                 .cluster
@@ -360,6 +391,45 @@ impl Admin {
             });
         }
         Ok(cluster_description(response))
+    }
+}
+
+impl Admin {
+    /// The controller quorum: its leader, term and each voter's replication. Any
+    /// broker answers (it asks the active controller).
+    pub async fn describe_quorum(&self) -> Result<QuorumDescription, ClientError> {
+        let body = self
+            .cluster
+            .send_any(pb::request::Body::DescribeQuorum(
+                pb::DescribeQuorumRequest { forwarded: false },
+            ))
+            .await?;
+        let r = expect_body!(body, DescribeQuorum)?;
+        let code = ErrorCode::from_wire(r.error_code);
+        if code != ErrorCode::None {
+            return Err(ClientError::Protocol {
+                code,
+                message: r.error_message,
+            });
+        }
+        let mut voters: Vec<QuorumVoter> = r
+            .voters
+            .iter()
+            .map(|v| QuorumVoter {
+                id: v.id,
+                log_end_offset: v.log_end_offset,
+                lag: v.lag,
+                last_contact_ms: (v.last_contact_ms >= 0).then_some(v.last_contact_ms),
+            })
+            .collect();
+        voters.sort_by_key(|v| v.id);
+        Ok(QuorumDescription {
+            leader_id: r.leader_id,
+            leader_epoch: r.leader_epoch,
+            high_watermark: r.high_watermark,
+            controller_epoch: r.controller_epoch,
+            voters,
+        })
     }
 }
 

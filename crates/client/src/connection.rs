@@ -212,6 +212,21 @@ impl Connection {
     /// Sends a request and waits for its response. A `ErrorResponse` body (unknown
     /// API, unsupported version) comes back as [`ClientError::Protocol`].
     pub async fn send(&self, body: pb::request::Body) -> Result<pb::response::Body, ClientError> {
+        match self.send_any(body).await? {
+            pb::response::Body::Error(e) => Err(ClientError::Protocol {
+                code: syncline_proto::ErrorCode::from_wire(e.error_code),
+                message: e.error_message,
+            }),
+            body => Ok(body),
+        }
+    }
+
+    /// As [`send`](Self::send), but an `ErrorResponse` body comes back as it is
+    /// (for callers that read its other fields, such as a controller hint).
+    pub async fn send_any(
+        &self,
+        body: pb::request::Body,
+    ) -> Result<pb::response::Body, ClientError> {
         let (correlation_id, bytes) = self.envelope(body);
         let (tx, rx) = oneshot::channel();
         if self.is_closed() {
@@ -226,14 +241,8 @@ impl Connection {
         if self.is_closed() || self.outgoing.send(bytes).await.is_err() {
             return Err(ClientError::Disconnected(self.peer.to_string()));
         }
-        match rx.await {
-            Ok(pb::response::Body::Error(e)) => Err(ClientError::Protocol {
-                code: syncline_proto::ErrorCode::from_wire(e.error_code),
-                message: e.error_message,
-            }),
-            Ok(body) => Ok(body),
-            Err(_) => Err(ClientError::Disconnected(self.peer.to_string())),
-        }
+        rx.await
+            .map_err(|_| ClientError::Disconnected(self.peer.to_string()))
     }
 
     /// Sends a request that gets no response (a produce with acks=0).

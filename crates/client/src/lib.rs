@@ -84,7 +84,7 @@ mod testing;
 
 pub use admin::{
     Admin, BrokerDescription, ClusterDescription, CreatedTopic, LeaderView, NewTopic,
-    PartitionDescription, ReplicaStatus, TopicDescription,
+    PartitionDescription, QuorumDescription, QuorumVoter, ReplicaStatus, TopicDescription,
 };
 pub use config::{Acks, AutoOffsetReset, ClientConfig, ConsumerConfig, ProducerConfig};
 pub use connection::Connection;

@@ -189,6 +189,11 @@ pub enum ApplyError {
 #[error("metadata invariant violated: {0}")]
 pub struct InvariantViolation(pub String);
 
+/// Why [`MetadataImage::from_snapshot`] refused a snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid metadata snapshot: {0}")]
+pub struct InvalidSnapshot(pub String);
+
 /// Everything the metadata log says about the cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetadataImage {
@@ -418,6 +423,134 @@ impl MetadataImage {
             }
         }
         Ok(())
+    }
+
+    /// The whole image as a snapshot: [`from_snapshot`](Self::from_snapshot) of it gives
+    /// this image back.
+    pub fn to_snapshot(&self) -> pb::MetadataSnapshot {
+        pb::MetadataSnapshot {
+            controller_id: self.controller_id,
+            controller_epoch: self.controller_epoch,
+            last_applied_offset: self.last_applied_offset,
+            unclean_elections_total: self.unclean_elections_total,
+            brokers: self
+                .brokers
+                .values()
+                .map(|b| pb::BrokerSnapshot {
+                    broker_id: b.broker_id,
+                    epoch: b.epoch,
+                    incarnation_id: b.incarnation_id.clone(),
+                    endpoint: Some(b.endpoint.clone()),
+                    metrics_address: b.metrics_address.clone(),
+                    listeners: b.listeners.clone(),
+                    fenced: b.fenced,
+                })
+                .collect(),
+            topics: self
+                .topics
+                .iter()
+                .map(|(name, t)| pb::TopicSnapshot {
+                    name: name.clone(),
+                    configs: t.configs.clone().into_iter().collect(),
+                    partitions: t
+                        .partitions
+                        .iter()
+                        .map(|p| pb::PartitionSnapshot {
+                            replicas: p.replicas.clone(),
+                            isr: p.isr.clone(),
+                            leader: p.leader,
+                            leader_epoch: p.leader_epoch,
+                            partition_epoch: p.partition_epoch,
+                        })
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The image a snapshot describes. The snapshot comes from disk or from another
+    /// voter, so it is checked as a replayed log would be: every broker once with an
+    /// endpoint and an epoch at or before the snapshot's offset, every topic once, and
+    /// [`check_invariants`](Self::check_invariants) on the result.
+    pub fn from_snapshot(
+        snapshot: &pb::MetadataSnapshot,
+    ) -> Result<MetadataImage, InvalidSnapshot> {
+        let invalid = |what: String| Err(InvalidSnapshot(what));
+        if snapshot.last_applied_offset < -1 {
+            return invalid(format!(
+                "last applied offset {} is below -1",
+                snapshot.last_applied_offset
+            ));
+        }
+        if snapshot.controller_epoch < 0 {
+            return invalid(format!(
+                "negative controller epoch {}",
+                snapshot.controller_epoch
+            ));
+        }
+        let mut brokers = BTreeMap::new();
+        for b in &snapshot.brokers {
+            if b.broker_id < 0 {
+                return invalid(format!("negative broker id {}", b.broker_id));
+            }
+            if b.epoch < 0 || b.epoch > snapshot.last_applied_offset {
+                return invalid(format!(
+                    "broker {} has epoch {} outside [0, {}]",
+                    b.broker_id, b.epoch, snapshot.last_applied_offset
+                ));
+            }
+            let Some(endpoint) = b.endpoint.clone() else {
+                return invalid(format!("broker {} has no endpoint", b.broker_id));
+            };
+            let registration = BrokerRegistration {
+                broker_id: b.broker_id,
+                epoch: b.epoch,
+                incarnation_id: b.incarnation_id.clone(),
+                endpoint: pb::BrokerEndpoint {
+                    node_id: b.broker_id,
+                    ..endpoint
+                },
+                metrics_address: b.metrics_address.clone(),
+                listeners: b.listeners.clone(),
+                fenced: b.fenced,
+            };
+            if brokers.insert(b.broker_id, registration).is_some() {
+                return invalid(format!("broker {} appears twice", b.broker_id));
+            }
+        }
+        let mut topics = BTreeMap::new();
+        for t in &snapshot.topics {
+            if i32::try_from(t.partitions.len()).is_err() {
+                return invalid(format!("topic {} has too many partitions", t.name));
+            }
+            let topic = TopicImage {
+                configs: t.configs.clone().into_iter().collect(),
+                partitions: t
+                    .partitions
+                    .iter()
+                    .map(|p| PartitionRegistration {
+                        replicas: p.replicas.clone(),
+                        isr: p.isr.clone(),
+                        leader: p.leader,
+                        leader_epoch: p.leader_epoch,
+                        partition_epoch: p.partition_epoch,
+                    })
+                    .collect(),
+            };
+            if topics.insert(t.name.clone(), topic).is_some() {
+                return invalid(format!("topic {} appears twice", t.name));
+            }
+        }
+        let image = MetadataImage {
+            controller_id: snapshot.controller_id,
+            controller_epoch: snapshot.controller_epoch,
+            brokers,
+            topics,
+            last_applied_offset: snapshot.last_applied_offset,
+            unclean_elections_total: snapshot.unclean_elections_total,
+        };
+        image.check_invariants().map_err(|v| InvalidSnapshot(v.0))?;
+        Ok(image)
     }
 
     /// The offset the next record will have (0 for an empty log).

@@ -76,6 +76,7 @@
 //!     topics: vec![pb::CreatableTopic { name: "events".into(), num_partitions: 1, replication_factor: 2, configs: Default::default() }],
 //!     timeout_ms: 30_000,
 //!     validate_only: false,
+//!     forwarded: false,
 //! };
 //! let r = c.create_topics(&create);
 //! commit(&mut log, &mut c, r)?;
@@ -118,6 +119,7 @@ mod election;
 mod image;
 mod metadata_log;
 mod placement;
+mod quorum;
 mod records;
 
 pub use config::{
@@ -129,8 +131,11 @@ pub use controller::{
     Controller, ControllerResult, MAX_PARTITIONS_PER_REQUEST, MAX_TOPIC_NAME_LEN,
 };
 pub use image::{
-    ApplyError, BrokerRegistration, InvariantViolation, MetadataImage, PartitionRegistration,
-    TopicImage,
+    ApplyError, BrokerRegistration, InvalidSnapshot, InvariantViolation, MetadataImage,
+    PartitionRegistration, TopicImage,
 };
 pub use metadata_log::{MetadataLog, MetadataLogError, MAX_RECORD_BYTES, METADATA_LOG_FILE};
+pub use quorum::{
+    ProposeError, Quorum, QuorumConfig, QuorumError, QuorumStatus, QuorumTransport, VoterStatus,
+};
 pub use records::{changed_brokers, changed_partitions};

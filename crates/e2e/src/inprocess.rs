@@ -33,24 +33,31 @@ pub struct Options {
     pub truncation_rule: TruncationRule,
     /// Put broker N in rack `rN`.
     pub racks: bool,
+    /// Brokers `1..=voters` are the controller voters; 0 means broker 1 alone.
+    pub voters: usize,
 }
 
 fn config_text(
     id: i32,
     addr: &str,
-    controller: &str,
+    voters: &[String],
     dir: &std::path::Path,
     extra: &str,
 ) -> String {
-    let roles = if id == 1 {
+    let roles = if id as usize <= voters.len() {
         "broker,controller"
     } else {
         "broker"
     };
+    let quorum: Vec<String> = (1..)
+        .zip(voters)
+        .map(|(id, addr)| format!("{id}@{addr}"))
+        .collect();
     format!(
         "node_id = {id}\nlisteners = \"{addr}\"\nlog_dirs = \"{}\"\nprocess_roles = \"{roles}\"\n\
-         controller_quorum_voters = \"1@{controller}\"\n{extra}\n",
-        dir.join(format!("broker-{id}")).display()
+         controller_quorum_voters = \"{}\"\n{extra}\n",
+        dir.join(format!("broker-{id}")).display(),
+        quorum.join(",")
     )
 }
 
@@ -95,7 +102,7 @@ impl TestCluster {
         let text = config_text(
             id,
             &self.addrs[id as usize - 1],
-            &self.addrs[0],
+            &self.addrs[..self.options.voters.max(1)],
             self.dir.path(),
             &self.extra,
         );
@@ -244,6 +251,7 @@ impl TestCluster {
                 }],
                 timeout_ms: 10_000,
                 validate_only: false,
+                forwarded: false,
             }))
             .await
             .unwrap();
@@ -383,8 +391,14 @@ pub fn values(records: &[u8]) -> Vec<(i64, Vec<u8>)> {
 pub fn init_tracing() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        // As synclined: the Raft library's chatter off unless RUST_LOG names it.
+        let directives = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into());
+        let directives = if directives.contains("openraft") {
+            directives
+        } else {
+            format!("{directives},openraft=error")
+        };
+        let filter = tracing_subscriber::EnvFilter::new(directives);
         let _ = tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_test_writer()

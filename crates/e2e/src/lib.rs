@@ -119,24 +119,39 @@ fn stop_process(child: &Child) {
     while let Err(Errno::EINTR) = waitid(Id::Pid(pid), flags) {}
 }
 
-/// A cluster of broker processes (broker 1 hosts the controller).
+/// A cluster of broker processes. Brokers `1..=voters` are the controller voters
+/// (`process_roles = "broker,controller"`); [`Cluster::start`] has one, broker 1.
 #[derive(Debug)]
 pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub nodes: Vec<Node>,
+    /// How many of the brokers (the first ones) are controller voters.
+    pub voters: usize,
 }
 
 impl Cluster {
-    /// Starts `n` brokers with `extra` TOML lines in every config and waits until
-    /// every one is registered and unfenced.
+    /// Starts `n` brokers with `extra` TOML lines in every config, broker 1 the
+    /// single controller voter, and waits until every one is registered and
+    /// unfenced.
     pub async fn start(n: usize, extra: &str) -> Cluster {
+        Cluster::start_quorum(n, 1, extra).await
+    }
+
+    /// As [`start`](Self::start), with brokers `1..=voters` the controller quorum.
+    pub async fn start_quorum(n: usize, voters: usize, extra: &str) -> Cluster {
+        assert!((1..=n).contains(&voters), "1 to {n} voters");
         let dir = tempfile::tempdir().expect("temp dir");
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
-        let controller = format!("1@127.0.0.1:{}", ports[0].0);
+        let quorum: Vec<String> = ports[..voters]
+            .iter()
+            .enumerate()
+            .map(|(i, (port, _))| format!("{}@127.0.0.1:{port}", i + 1))
+            .collect();
+        let quorum = quorum.join(",");
         let mut nodes = Vec::new();
         for (i, (port, metrics_port)) in ports.into_iter().enumerate() {
             let id = i as i32 + 1;
-            let roles = if id == 1 {
+            let roles = if i < voters {
                 "broker,controller"
             } else {
                 "broker"
@@ -144,7 +159,7 @@ impl Cluster {
             let config = dir.path().join(format!("broker-{id}.toml"));
             let text = format!(
                 "node_id = {id}\nlisteners = \"127.0.0.1:{port}\"\nlog_dirs = \"{}\"\n\
-                 process_roles = \"{roles}\"\ncontroller_quorum_voters = \"{controller}\"\n\
+                 process_roles = \"{roles}\"\ncontroller_quorum_voters = \"{quorum}\"\n\
                  metrics_listen = \"127.0.0.1:{metrics_port}\"\n{extra}\n",
                 dir.path().join(format!("data-{id}")).display()
             );
@@ -159,12 +174,43 @@ impl Cluster {
                 paused: false,
             });
         }
-        let mut cluster = Cluster { dir, nodes };
+        let mut cluster = Cluster { dir, nodes, voters };
         for id in 1..=n as i32 {
             cluster.spawn(id);
         }
         cluster.wait_registered(n, Duration::from_secs(30)).await;
         cluster
+    }
+
+    /// The broker whose `syncline_active_controller` metric is 1, if exactly one
+    /// running, unpaused broker says so.
+    pub fn active_controller(&self) -> Option<i32> {
+        let active: Vec<i32> = self
+            .nodes
+            .iter()
+            .filter(|n| n.child.is_some() && !n.paused)
+            .filter(|n| self.metric(n.id, "syncline_active_controller").ok() == Some(1.0))
+            .map(|n| n.id)
+            .collect();
+        match active[..] {
+            [id] => Some(id),
+            _ => None,
+        }
+    }
+
+    /// Waits until one broker other than those in `not` is the active controller.
+    pub async fn wait_active_controller(&self, not: &[i32], timeout: Duration) -> i32 {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(id) = self.active_controller().filter(|id| !not.contains(id)) {
+                return id;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no active controller (other than {not:?}) within {timeout:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     pub fn node(&self, id: i32) -> &Node {
@@ -297,12 +343,16 @@ impl Cluster {
         }
     }
 
-    async fn wait_registered(&self, n: usize, timeout: Duration) {
+    /// Waits until `n` brokers are registered and unfenced, as any running broker
+    /// reports it.
+    pub async fn wait_registered(&self, n: usize, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Ok(r) = self.describe_cluster(1).await {
-                if r.brokers.iter().filter(|b| !b.fenced).count() == n {
-                    return;
+            for node in self.nodes.iter().filter(|n| n.child.is_some() && !n.paused) {
+                if let Ok(r) = self.describe_cluster(node.id).await {
+                    if r.brokers.iter().filter(|b| !b.fenced).count() == n {
+                        return;
+                    }
                 }
             }
             if Instant::now() >= deadline {
@@ -372,6 +422,11 @@ impl Cluster {
     /// Runs the CLI against this cluster with `stdin` fed in.
     pub fn cli(&self, args: &[&str], stdin: Option<&[u8]>) -> Output {
         cli_with(&self.bootstrap(), args, stdin)
+    }
+
+    /// Runs the CLI with broker `id` alone as its bootstrap server.
+    pub fn cli_via(&self, id: i32, args: &[&str], stdin: Option<&[u8]>) -> Output {
+        cli_with(&self.node(id).addr(), args, stdin)
     }
 
     /// Broker `id`'s data directory.

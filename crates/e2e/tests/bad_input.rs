@@ -180,6 +180,7 @@ async fn absurd_values_get_error_codes() {
             }],
             timeout_ms: 1000,
             validate_only: false,
+            forwarded: false,
         })
     };
     for (body, want) in [

@@ -1,5 +1,6 @@
 //! Chaos: random process faults (SIGKILL + restart, SIGSTOP + SIGCONT, SIGTERM +
-//! restart, now and then the controller's broker too) under an `acks=all` load,
+//! restart) on any of four brokers, three of which are the controller voters (the
+//! active controller is hit as often as any other node), under an `acks=all` load,
 //! then every invariant of RELIABILITY.md the harness can observe: no acknowledged
 //! record lost and each at its acknowledged offset (I1, I4), replica logs identical
 //! below the high watermark (I2), one leader per partition and epoch, leader in
@@ -39,7 +40,7 @@ async fn random_faults_under_acks_all_load_keep_every_invariant() {
     println!("chaos: {secs} s of faults, SYNCLINE_CHAOS_SEED={seed}");
     let mut rng = StdRng::seed_from_u64(seed);
 
-    let mut cluster = Cluster::start(4, FAST_TIMERS).await;
+    let mut cluster = Cluster::start_quorum(4, 3, FAST_TIMERS).await;
     create_topic(&cluster, TOPIC, PARTITIONS, 3, MIN_ISR);
     wait_full_isr(&cluster, 1, TOPIC, Duration::from_secs(30)).await;
     let watch = LeaderWatch::start(&cluster, TOPIC);
@@ -50,14 +51,11 @@ async fn random_faults_under_acks_all_load_keep_every_invariant() {
     let deadline = Instant::now() + Duration::from_secs(secs);
     let mut faults = Vec::new();
     while Instant::now() < deadline {
-        // One broker at a time, so a two-member ISR can always form; the
-        // controller's broker (1) now and then.
-        let broker = if rng.random_ratio(1, 8) {
-            1
-        } else {
-            rng.random_range(2..=4)
-        };
+        // One broker at a time, so a two-member ISR and a majority of voters can
+        // always form; any broker, the active controller's as often as the others.
+        let broker = rng.random_range(1..=4);
         let outage = Duration::from_millis(rng.random_range(300..=3_500));
+        let active = cluster.active_controller();
         let fault = rng.random_range(0..3);
         match fault {
             0 => {
@@ -78,12 +76,20 @@ async fn random_faults_under_acks_all_load_keep_every_invariant() {
         }
         let name = ["SIGKILL", "SIGSTOP", "SIGTERM"][fault];
         faults.push(format!(
-            "{name} broker {broker} for {} ms",
+            "{name} broker {broker}{} for {} ms",
+            if Some(broker) == active {
+                " (active controller)"
+            } else {
+                ""
+            },
             outage.as_millis()
         ));
         // Let the cluster heal before the next fault: faults do not pile up, and
         // every one is survivable by the contract.
         wait_full_isr(&cluster, 1, TOPIC, Duration::from_secs(60)).await;
+        cluster
+            .wait_active_controller(&[], Duration::from_secs(60))
+            .await;
     }
     println!("chaos: {} faults: {}", faults.len(), faults.join("; "));
 

@@ -116,11 +116,13 @@ pub fn api_name(body: &pb::request::Body) -> &'static str {
         Body::BrokerRegistration(_) => "BrokerRegistration",
         Body::BrokerHeartbeat(_) => "BrokerHeartbeat",
         Body::DescribeCluster(_) => "DescribeCluster",
+        Body::Raft(_) => "Raft",
+        Body::DescribeQuorum(_) => "DescribeQuorum",
     }
 }
 
 /// Every API name, in key order (for pre-registering metrics).
-pub const API_NAMES: [&str; 12] = [
+pub const API_NAMES: [&str; 14] = [
     "Produce",
     "Fetch",
     "ListOffsets",
@@ -133,4 +135,6 @@ pub const API_NAMES: [&str; 12] = [
     "BrokerRegistration",
     "BrokerHeartbeat",
     "DescribeCluster",
+    "Raft",
+    "DescribeQuorum",
 ];

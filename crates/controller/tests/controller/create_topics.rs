@@ -145,6 +145,7 @@ fn a_new_partition_starts_with_every_replica_in_sync_and_its_first_replica_leadi
         topics: vec![Cluster::topic("t", 2, 2)],
         timeout_ms: 0,
         validate_only: false,
+        forwarded: false,
     };
     let r = cl.c.create_topics(&req);
     assert!(
@@ -210,6 +211,7 @@ fn validate_only_answers_without_records() {
         topics: vec![Cluster::topic("t", 4, 2), Cluster::topic("bad name", 1, 1)],
         timeout_ms: 0,
         validate_only: true,
+        forwarded: false,
     };
     let r = cl.c.create_topics(&req);
     assert!(r.records.is_empty());
@@ -367,6 +369,7 @@ fn too_many_partitions_in_one_request_are_a_policy_violation() {
         ],
         timeout_ms: 0,
         validate_only: false,
+        forwarded: false,
     };
     let r = cl.c.create_topics(&req);
     assert!(r.records.is_empty());
@@ -380,6 +383,7 @@ fn too_many_partitions_in_one_request_are_a_policy_violation() {
         topics: vec![Cluster::topic("c", i32::MAX, 1)],
         timeout_ms: 0,
         validate_only: false,
+        forwarded: false,
     };
     assert_eq!(
         ErrorCode::from_wire(cl.c.create_topics(&req).response.topics[0].error_code),

@@ -302,3 +302,64 @@ fn a_leader_from_outside_the_isr_counts_as_an_unclean_election() {
         .unwrap();
     assert_eq!(image.unclean_elections_total(), 1, "3 was in the ISR");
 }
+
+/// A snapshot of a small live cluster, for the tests that damage one field.
+fn snapshot() -> pb::MetadataSnapshot {
+    let mut image = MetadataImage::new();
+    image.apply(0, &rec(register(1, 0))).unwrap();
+    image.apply(1, &rec(register(2, 1))).unwrap();
+    image.to_snapshot()
+}
+
+#[test]
+fn a_snapshot_round_trips() {
+    let s = snapshot();
+    let image = MetadataImage::from_snapshot(&s).unwrap();
+    assert_eq!(image.to_snapshot(), s);
+    assert_eq!(image.next_offset(), 2);
+    assert_eq!(
+        MetadataImage::from_snapshot(&MetadataImage::new().to_snapshot()).unwrap(),
+        MetadataImage::new()
+    );
+}
+
+#[test]
+fn from_snapshot_refuses_what_no_log_produces() {
+    type Damage = fn(&mut pb::MetadataSnapshot);
+    let cases: [(&str, Damage); 8] = [
+        ("offset below -1", |s| s.last_applied_offset = -2),
+        ("negative controller epoch", |s| s.controller_epoch = -1),
+        ("negative broker id", |s| s.brokers[0].broker_id = -3),
+        ("broker epoch beyond the offset", |s| s.brokers[1].epoch = 2),
+        ("broker without endpoint", |s| s.brokers[0].endpoint = None),
+        ("duplicate broker", |s| s.brokers[1].broker_id = 1),
+        ("duplicate topic", |s| {
+            let t = pb::TopicSnapshot {
+                name: "t".into(),
+                ..Default::default()
+            };
+            s.topics = vec![t.clone(), t];
+        }),
+        ("partition on an unknown broker", |s| {
+            s.topics = vec![pb::TopicSnapshot {
+                name: "t".into(),
+                configs: Default::default(),
+                partitions: vec![pb::PartitionSnapshot {
+                    replicas: vec![9],
+                    isr: vec![9],
+                    leader: -1,
+                    leader_epoch: 0,
+                    partition_epoch: 0,
+                }],
+            }];
+        }),
+    ];
+    for (what, damage) in cases {
+        let mut s = snapshot();
+        damage(&mut s);
+        assert!(
+            MetadataImage::from_snapshot(&s).is_err(),
+            "{what}: accepted"
+        );
+    }
+}

@@ -163,6 +163,7 @@ impl Cluster {
             topics,
             timeout_ms: 30_000,
             validate_only: false,
+            forwarded: false,
         };
         let r = self.c.create_topics(&req);
         self.commit(r).topics
