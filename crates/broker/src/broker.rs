@@ -117,6 +117,17 @@ impl Broker {
                     responder.send(broker.to_active_controller(body, forwarded).await);
                 });
             }
+            Body::ElectLeaders(r) => {
+                let broker = self.clone();
+                tokio::spawn(async move {
+                    let forwarded = r.forwarded;
+                    let body = Body::ElectLeaders(pb::ElectLeadersRequest {
+                        forwarded: true,
+                        ..r
+                    });
+                    responder.send(broker.to_active_controller(body, forwarded).await);
+                });
+            }
             Body::Raft(r) => {
                 let Some(controller) = self.controller.clone() else {
                     responder.send_error(

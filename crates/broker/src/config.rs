@@ -184,6 +184,9 @@ struct RawConfig {
     metadata_snapshot_max_new_records: Option<i64>,
     controlled_shutdown_enable: Option<bool>,
     controlled_shutdown_timeout_ms: Option<i64>,
+    auto_leader_rebalance_enable: Option<bool>,
+    leader_imbalance_check_interval_seconds: Option<i64>,
+    leader_imbalance_per_broker_percentage: Option<i64>,
 }
 
 /// A validated broker configuration.
@@ -342,6 +345,15 @@ pub struct BrokerConfig {
     /// Longest wait, in ms, for the controlled shutdown before stopping anyway; not
     /// a Kafka config. Default 30000.
     pub controlled_shutdown_timeout_ms: u64,
+    /// The active controller moves leadership back to preferred replicas on its
+    /// own (Kafka's `auto.leader.rebalance.enable`). Default true.
+    pub auto_leader_rebalance_enable: bool,
+    /// How often, in seconds, the active controller checks the leader balance.
+    /// Default 300.
+    pub leader_imbalance_check_interval_seconds: u64,
+    /// The share (percent) of the partitions a broker prefers but does not lead
+    /// above which the rebalance moves them back. Default 10.
+    pub leader_imbalance_per_broker_percentage: u32,
     /// How a replica that becomes follower finds where its log agrees with the
     /// leader's. Not a config-file key, and compiled only with the
     /// `legacy-truncation` feature, which only the end-to-end test crate turns on to
@@ -789,6 +801,21 @@ impl BrokerConfig {
                 0,
                 i32::MAX as i64,
             )? as u64,
+            auto_leader_rebalance_enable: raw.auto_leader_rebalance_enable.unwrap_or(true),
+            leader_imbalance_check_interval_seconds: in_range(
+                "leader_imbalance_check_interval_seconds",
+                raw.leader_imbalance_check_interval_seconds,
+                300,
+                1,
+                i32::MAX as i64,
+            )? as u64,
+            leader_imbalance_per_broker_percentage: in_range(
+                "leader_imbalance_per_broker_percentage",
+                raw.leader_imbalance_per_broker_percentage,
+                10,
+                0,
+                100,
+            )? as u32,
             #[cfg(feature = "legacy-truncation")]
             truncation_rule: TruncationRule::LeaderEpoch,
         })

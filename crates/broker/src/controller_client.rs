@@ -206,6 +206,7 @@ fn refused_as_not_controller(response: &pb::response::Body) -> bool {
         Resp::BrokerHeartbeat(r) => r.error_code,
         Resp::AlterPartition(r) => r.error_code,
         Resp::DescribeQuorum(r) => r.error_code,
+        Resp::ElectLeaders(r) => r.error_code,
         _ => return false,
     };
     ErrorCode::from_wire(code) == ErrorCode::NotController

@@ -234,6 +234,12 @@ pub(crate) async fn start(
         commit_timeout: Duration::from_millis(config.controller_quorum_commit_timeout_ms),
         session: Duration::from_millis(config.broker_session_timeout_ms),
         last_leader: None,
+        rebalance: config.auto_leader_rebalance_enable.then(|| {
+            (
+                Duration::from_secs(config.leader_imbalance_check_interval_seconds),
+                config.leader_imbalance_per_broker_percentage,
+            )
+        }),
     };
     let task = tokio::spawn(async move {
         if let Err(e) = host.run(rx).await {
@@ -293,6 +299,9 @@ struct Host {
     session: Duration,
     /// The (term, leader) last seen, to count elections.
     last_leader: Option<(u64, i32)>,
+    /// With `auto_leader_rebalance_enable`: how often to check the leader balance,
+    /// and the imbalance share (percent) that triggers a rebalance.
+    rebalance: Option<(Duration, u32)>,
 }
 
 impl Host {
@@ -425,6 +434,12 @@ impl Host {
         // unread meanwhile, and their silence is ours.
         let stalled_after = (session / 2).max(every * 3);
         let mut last_tick = Instant::now();
+        // The first check comes one interval after taking office, as in Kafka.
+        let (rebalance_every, imbalance_percentage) =
+            self.rebalance.unwrap_or((Duration::from_secs(3600), 100));
+        let mut rebalance =
+            tokio::time::interval_at(Instant::now() + rebalance_every, rebalance_every);
+        rebalance.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = self.shutdown.cancelled() => return Ok(()),
@@ -450,6 +465,13 @@ impl Host {
                     // ("broker session expired: fencing", with its silence).
                     let r = office.controller.tick(now);
                     self.commit(&mut office.controller, r).await?;
+                }
+                _ = rebalance.tick(), if self.rebalance.is_some() => {
+                    let r = office.controller.rebalance_leaders(imbalance_percentage);
+                    let moved = self.commit(&mut office.controller, r).await?;
+                    if !moved.is_empty() {
+                        tracing::info!(partitions = moved.len(), "leader rebalance: preferred replicas lead again");
+                    }
                 }
                 cmd = rx.recv() => match cmd {
                     None => return Ok(()),
@@ -507,6 +529,10 @@ impl Host {
                 let r = c.alter_partition(&req);
                 Resp::AlterPartition(self.commit(c, r).await?)
             }
+            Req::ElectLeaders(req) => {
+                let r = c.elect_leaders(&req);
+                Resp::ElectLeaders(self.commit(c, r).await?)
+            }
             other => Resp::Error(pb::ErrorResponse {
                 error_code: ErrorCode::InvalidRequest as i32,
                 error_message: format!(
@@ -546,6 +572,9 @@ impl Host {
         self.metrics
             .offline_partitions_count
             .set(image.offline_partitions_count() as i64);
+        self.metrics
+            .preferred_replica_imbalance_count
+            .set(image.preferred_replica_imbalance_count() as i64);
         self.metrics
             .set_unclean_elections_total(image.unclean_elections_total());
         self.metrics
@@ -649,6 +678,7 @@ impl Host {
             s.cancel.cancel();
         }
         self.metrics.offline_partitions_count.set(0);
+        self.metrics.preferred_replica_imbalance_count.set(0);
         self.metrics.set_broker_counts(0, 0);
     }
 }

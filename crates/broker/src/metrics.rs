@@ -68,6 +68,7 @@ pub struct BrokerMetrics {
     pub(crate) leader_count: Gauge,
     pub(crate) partition_count: Gauge,
     pub(crate) offline_partitions_count: Gauge,
+    pub(crate) preferred_replica_imbalance_count: Gauge,
     fenced_broker_count: Gauge,
     active_broker_count: Gauge,
     unclean_leader_elections: Counter,
@@ -148,6 +149,11 @@ impl BrokerMetrics {
             &mut registry,
             "offline_partitions_count",
             "Partitions without a leader (reported by the active controller)",
+        );
+        let preferred_replica_imbalance_count = gauge(
+            &mut registry,
+            "preferred_replica_imbalance_count",
+            "Partitions not led by their preferred replica (reported by the active controller)",
         );
         let fenced_broker_count = gauge(
             &mut registry,
@@ -262,6 +268,7 @@ impl BrokerMetrics {
             leader_count,
             partition_count,
             offline_partitions_count,
+            preferred_replica_imbalance_count,
             fenced_broker_count,
             active_broker_count,
             unclean_leader_elections,

@@ -51,6 +51,22 @@ pub(crate) enum TopicCommand {
     /// Show partitions, leaders, ISR, high watermarks and each leader's view of
     /// its replicas.
     Describe(DescribeArgs),
+    /// Move leadership back to each partition's preferred replica (the first of
+    /// its replicas) where it is in the ISR (Kafka's kafka-leader-election
+    /// --election-type PREFERRED).
+    ElectLeaders(ElectLeadersArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ElectLeadersArgs {
+    /// Topic name (default: every partition of every topic).
+    pub(crate) name: Option<String>,
+    /// Only this partition of the topic (repeatable; needs the topic).
+    #[arg(long = "partition", requires = "name")]
+    pub(crate) partitions: Vec<i32>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]

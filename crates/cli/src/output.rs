@@ -1,8 +1,8 @@
-//! What `topic describe` and `cluster describe` print: aligned tables for
+//! What `topic describe`, `topic elect-leaders` and `cluster describe` print: aligned tables for
 //! people, JSON for scripts. Pure functions of the client's descriptions.
 
 use serde_json::{json, Value};
-use syncline_client::{ClusterDescription, QuorumDescription, TopicDescription};
+use syncline_client::{ClusterDescription, ElectionResult, QuorumDescription, TopicDescription};
 
 /// Left-aligned columns separated by two spaces.
 #[derive(Debug)]
@@ -307,6 +307,55 @@ pub(crate) fn cluster_json(
             "controller": c.controller_id == Some(b.endpoint.id),
         })).collect::<Vec<_>>(),
     })
+}
+
+/// What an election result says in the RESULT column and the JSON's `result`.
+fn election_outcome(r: &ElectionResult) -> String {
+    match r.error {
+        None => "elected".into(),
+        Some(syncline_proto::ErrorCode::ElectionNotNeeded) => "already preferred".into(),
+        Some(code) if r.message.is_empty() => code.to_string(),
+        Some(code) => format!("{code}: {}", r.message),
+    }
+}
+
+/// `topic elect-leaders`: one row per partition.
+pub(crate) fn election_table(results: &[ElectionResult]) -> String {
+    let mut table = Table::new(&["TOPIC", "PARTITION", "LEADER", "LEADER_EPOCH", "RESULT"]);
+    for r in results {
+        let known = r.leader >= 0;
+        table.row(vec![
+            r.topic.clone(),
+            if r.partition < 0 {
+                "-".into()
+            } else {
+                r.partition.to_string()
+            },
+            opt(known.then_some(r.leader)),
+            opt(known.then_some(r.leader_epoch)),
+            election_outcome(r),
+        ]);
+    }
+    table.render()
+}
+
+/// `topic elect-leaders --json`: `error` is Kafka's error name or null.
+pub(crate) fn election_json(results: &[ElectionResult]) -> Value {
+    Value::Array(
+        results
+            .iter()
+            .map(|r| {
+                json!({
+                    "topic": r.topic,
+                    "partition": (r.partition >= 0).then_some(r.partition),
+                    "leader": (r.leader >= 0).then_some(r.leader),
+                    "leader_epoch": (r.leader >= 0).then_some(r.leader_epoch),
+                    "error": r.error.map(|e| e.name()),
+                    "result": election_outcome(r),
+                })
+            })
+            .collect(),
+    )
 }
 
 #[cfg(test)]

@@ -1,20 +1,22 @@
-//! `syncline topic create | list | describe`.
+//! `syncline topic create | list | describe | elect-leaders`.
 
 use std::collections::BTreeMap;
 
 use anyhow::{bail, Result};
 use syncline_client::{Admin, ClientConfig, NewTopic};
+use syncline_proto::ErrorCode;
 
-use crate::args::{CreateArgs, DescribeArgs, TopicCommand};
+use crate::args::{CreateArgs, DescribeArgs, ElectLeadersArgs, TopicCommand};
 use crate::errors::{explain, Ctx};
 use crate::fields;
-use crate::output::{topic_json, topic_table};
+use crate::output::{election_json, election_table, topic_json, topic_table};
 
 pub(crate) async fn run(command: TopicCommand, bootstrap: &str) -> Result<()> {
     match command {
         TopicCommand::Create(args) => create(args, bootstrap).await,
         TopicCommand::List => list(bootstrap).await,
         TopicCommand::Describe(args) => describe(args, bootstrap).await,
+        TopicCommand::ElectLeaders(args) => elect_leaders(args, bootstrap).await,
     }
 }
 
@@ -92,6 +94,48 @@ async fn describe(args: DescribeArgs, bootstrap: &str) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&topic_json(&topic))?);
     } else {
         print!("{}", topic_table(&topic));
+    }
+    Ok(())
+}
+
+async fn elect_leaders(args: ElectLeadersArgs, bootstrap: &str) -> Result<()> {
+    let ctx = Ctx {
+        bootstrap,
+        topic: args.name.as_deref(),
+    };
+    let topics: Vec<(&str, &[i32])> = args
+        .name
+        .as_deref()
+        .map(|name| (name, args.partitions.as_slice()))
+        .into_iter()
+        .collect();
+    let results = admin(ctx)?
+        .elect_preferred_leaders(&topics)
+        .await
+        .map_err(|e| anyhow::anyhow!(explain(&e, ctx)))?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&election_json(&results))?
+        );
+    } else {
+        print!("{}", election_table(&results));
+    }
+    // Already led by the preferred replica is success, as in Kafka's tool.
+    let failed: Vec<String> = results
+        .iter()
+        .filter(|r| r.error.is_some_and(|e| e != ErrorCode::ElectionNotNeeded))
+        .map(|r| match r.partition {
+            p if p < 0 => r.topic.clone(),
+            p => format!("{}-{p}", r.topic),
+        })
+        .collect();
+    if !failed.is_empty() {
+        bail!(
+            "the preferred replica could not be elected for {}: see RESULT above (a preferred \
+             replica out of the ISR must catch up first; `syncline topic describe` shows the ISR)",
+            failed.join(", ")
+        );
     }
     Ok(())
 }

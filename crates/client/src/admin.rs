@@ -433,6 +433,80 @@ impl Admin {
     }
 }
 
+/// The outcome of a preferred leader election for one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElectionResult {
+    /// The topic.
+    pub topic: String,
+    /// The partition; -1 for a topic that does not exist.
+    pub partition: i32,
+    /// `None`: the preferred replica leads now. `ElectionNotNeeded`: it led
+    /// already. `PreferredLeaderNotAvailable`: it is out of the ISR, fenced or
+    /// shutting down. `UnknownTopicOrPartition`: no such partition.
+    pub error: Option<ErrorCode>,
+    /// Why, for an error.
+    pub message: String,
+    /// The leader after the election (-1 when unknown).
+    pub leader: i32,
+    /// Its leader epoch.
+    pub leader_epoch: i32,
+}
+
+impl Admin {
+    /// Moves leadership to the preferred replica (the first of the assignment) of
+    /// each partition asked for, where it is in the ISR and may lead (Kafka's
+    /// `kafka-leader-election --election-type PREFERRED`). `topics` empty: every
+    /// partition; a topic with no partitions listed: all of its partitions. Any
+    /// broker answers (it asks the active controller); one result per partition.
+    pub async fn elect_preferred_leaders(
+        &self,
+        topics: &[(&str, &[i32])],
+    ) -> Result<Vec<ElectionResult>, ClientError> {
+        let request = pb::ElectLeadersRequest {
+            topics: topics
+                .iter()
+                .map(|(name, partitions)| pb::ElectLeadersTopic {
+                    name: name.to_string(),
+                    partitions: partitions.to_vec(),
+                })
+                .collect(),
+            forwarded: false,
+        };
+        let body = self
+            .cluster
+            .send_any(pb::request::Body::ElectLeaders(request))
+            .await?;
+        let r = expect_body!(body, ElectLeaders)?;
+        let code = ErrorCode::from_wire(r.error_code);
+        if code != ErrorCode::None {
+            return Err(ClientError::Protocol {
+                code,
+                message: r.error_message,
+            });
+        }
+        let mut results: Vec<ElectionResult> = r
+            .topics
+            .into_iter()
+            .flat_map(|t| {
+                let topic = t.name;
+                t.partitions.into_iter().map(move |p| ElectionResult {
+                    topic: topic.clone(),
+                    partition: p.partition,
+                    error: match ErrorCode::from_wire(p.error_code) {
+                        ErrorCode::None => None,
+                        code => Some(code),
+                    },
+                    message: p.error_message,
+                    leader: p.leader,
+                    leader_epoch: p.leader_epoch,
+                })
+            })
+            .collect();
+        results.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        Ok(results)
+    }
+}
+
 fn create_result(answer: &pb::CreatableTopicResult) -> Result<CreatedTopic, ClientError> {
     let code = ErrorCode::from_wire(answer.error_code);
     if code != ErrorCode::None {

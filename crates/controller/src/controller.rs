@@ -3,6 +3,7 @@
 
 mod alter_partition;
 mod brokers;
+mod elect_leaders;
 mod topics;
 
 pub use topics::{MAX_PARTITIONS_PER_REQUEST, MAX_TOPIC_NAME_LEN};

@@ -92,6 +92,20 @@ impl<'a> Draft<'a> {
         self.partitions.insert(tp, next);
     }
 
+    /// Records a leader election the controller was asked for (or decided on its
+    /// own, as a rebalance), logged with `reason`.
+    pub(crate) fn set_preferred(
+        &mut self,
+        tp: TopicPartition,
+        next: PartitionRegistration,
+        reason: &str,
+    ) {
+        if let Some(current) = self.partition(&tp.topic, tp.partition) {
+            log_change(&tp, current, &next, reason);
+        }
+        self.set_partition(tp, next);
+    }
+
     /// The partitions (in the state so far) that satisfy `pred`.
     fn partitions_where(
         &self,

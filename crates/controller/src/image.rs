@@ -640,6 +640,14 @@ impl MetadataImage {
         self.partitions().filter(|(_, p)| !p.is_online()).count()
     }
 
+    /// Partitions whose leader is not their preferred replica (the first of the
+    /// assignment), offline ones included: Kafka's PreferredReplicaImbalanceCount.
+    pub fn preferred_replica_imbalance_count(&self) -> usize {
+        self.partitions()
+            .filter(|(_, p)| p.replicas.first().is_some_and(|&r| r != p.leader))
+            .count()
+    }
+
     /// Registered brokers that are fenced.
     pub fn fenced_brokers_count(&self) -> usize {
         self.brokers.values().filter(|b| b.fenced).count()

@@ -118,11 +118,12 @@ pub fn api_name(body: &pb::request::Body) -> &'static str {
         Body::DescribeCluster(_) => "DescribeCluster",
         Body::Raft(_) => "Raft",
         Body::DescribeQuorum(_) => "DescribeQuorum",
+        Body::ElectLeaders(_) => "ElectLeaders",
     }
 }
 
 /// Every API name, in key order (for pre-registering metrics).
-pub const API_NAMES: [&str; 14] = [
+pub const API_NAMES: [&str; 15] = [
     "Produce",
     "Fetch",
     "ListOffsets",
@@ -137,4 +138,5 @@ pub const API_NAMES: [&str; 14] = [
     "DescribeCluster",
     "Raft",
     "DescribeQuorum",
+    "ElectLeaders",
 ];

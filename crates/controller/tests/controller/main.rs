@@ -3,6 +3,7 @@
 mod alter_partition;
 mod brokers;
 mod create_topics;
+mod elect_leaders;
 mod elections;
 mod image;
 mod metadata_log;
