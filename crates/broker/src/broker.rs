@@ -109,24 +109,26 @@ impl Broker {
                 let broker = self.clone();
                 tokio::spawn(async move { broker.create_topics(r, responder).await });
             }
-            Body::DescribeQuorum(r) => {
-                let broker = self.clone();
-                tokio::spawn(async move {
-                    let forwarded = r.forwarded;
-                    let body = Body::DescribeQuorum(pb::DescribeQuorumRequest { forwarded: true });
-                    responder.send(broker.to_active_controller(body, forwarded).await);
-                });
-            }
+            Body::DescribeQuorum(r) => self.forward(
+                Body::DescribeQuorum(pb::DescribeQuorumRequest { forwarded: true }),
+                r.forwarded,
+                responder,
+            ),
             Body::ElectLeaders(r) => {
-                let broker = self.clone();
-                tokio::spawn(async move {
-                    let forwarded = r.forwarded;
-                    let body = Body::ElectLeaders(pb::ElectLeadersRequest {
-                        forwarded: true,
-                        ..r
-                    });
-                    responder.send(broker.to_active_controller(body, forwarded).await);
+                let forwarded = r.forwarded;
+                let body = Body::ElectLeaders(pb::ElectLeadersRequest {
+                    forwarded: true,
+                    ..r
                 });
+                self.forward(body, forwarded, responder)
+            }
+            Body::AlterTopic(r) => {
+                let forwarded = r.forwarded;
+                let body = Body::AlterTopic(pb::AlterTopicRequest {
+                    forwarded: true,
+                    ..r
+                });
+                self.forward(body, forwarded, responder)
             }
             Body::Raft(r) => {
                 let Some(controller) = self.controller.clone() else {
@@ -156,6 +158,15 @@ impl Broker {
                 });
             }
         }
+    }
+
+    /// Answers with the active controller's answer to `body` (marked forwarded
+    /// already), from a task of its own.
+    fn forward(self: &Arc<Self>, body: pb::request::Body, forwarded: bool, responder: Responder) {
+        let broker = self.clone();
+        tokio::spawn(async move {
+            responder.send(broker.to_active_controller(body, forwarded).await);
+        });
     }
 
     /// CreateTopics goes to the active controller (here, or forwarded); once

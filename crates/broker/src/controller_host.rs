@@ -32,8 +32,8 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use syncline_client::Connection;
 use syncline_controller::{
-    changed_brokers, changed_partitions, Controller, ControllerConfig, ControllerResult,
-    ProposeError, Quorum, QuorumConfig, QuorumStatus, QuorumTransport,
+    changed_brokers, changed_partitions, changed_topic_configs, Controller, ControllerConfig,
+    ControllerResult, ProposeError, Quorum, QuorumConfig, QuorumStatus, QuorumTransport,
 };
 use syncline_proto::{pb, ErrorCode};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
@@ -529,6 +529,10 @@ impl Host {
                 let r = c.alter_partition(&req);
                 Resp::AlterPartition(self.commit(c, r).await?)
             }
+            Req::AlterTopic(req) => {
+                let r = c.alter_topic(&req);
+                Resp::AlterTopic(self.commit(c, r).await?)
+            }
             Req::ElectLeaders(req) => {
                 let r = c.elect_leaders(&req);
                 Resp::ElectLeaders(self.commit(c, r).await?)
@@ -585,7 +589,12 @@ impl Host {
     fn announce(&mut self, c: &Controller, records: &[pb::MetadataRecord]) {
         let partitions = changed_partitions(records);
         let brokers_changed = changed_brokers(records);
-        let topics: BTreeSet<&str> = partitions.iter().map(|tp| &*tp.topic).collect();
+        let configs_changed = changed_topic_configs(records);
+        let topics: BTreeSet<&str> = partitions
+            .iter()
+            .map(|tp| &*tp.topic)
+            .chain(configs_changed.iter().map(String::as_str))
+            .collect();
         let image = c.image();
         let states: Vec<pb::PartitionState> = partitions
             .iter()
@@ -612,7 +621,7 @@ impl Host {
         for id in &registered {
             self.ensure_sender(c, *id, true);
         }
-        if states.is_empty() && broker_infos.is_empty() {
+        if states.is_empty() && broker_infos.is_empty() && topic_states.is_empty() {
             return;
         }
         for (id, sender) in &self.senders {

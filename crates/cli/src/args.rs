@@ -51,10 +51,29 @@ pub(crate) enum TopicCommand {
     /// Show partitions, leaders, ISR, high watermarks and each leader's view of
     /// its replicas.
     Describe(DescribeArgs),
+    /// Change a topic's configs live, or add partitions.
+    Alter(AlterArgs),
     /// Move leadership back to each partition's preferred replica (the first of
     /// its replicas) where it is in the ISR (Kafka's kafka-leader-election
     /// --election-type PREFERRED).
     ElectLeaders(ElectLeadersArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AlterArgs {
+    /// Topic name.
+    pub(crate) name: String,
+    /// Set a topic config, with Kafka's dotted name, e.g. min.insync.replicas=2
+    /// (repeatable).
+    #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_config)]
+    pub(crate) configs: Vec<(String, String)>,
+    /// Put a topic config back to its default (repeatable).
+    #[arg(long = "delete-config", value_name = "KEY")]
+    pub(crate) delete_configs: Vec<String>,
+    /// The new number of partitions (it can only grow; keyed records of existing
+    /// keys may then go to other partitions).
+    #[arg(long)]
+    pub(crate) partitions: Option<i32>,
 }
 
 #[derive(Debug, Args)]

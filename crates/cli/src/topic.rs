@@ -1,12 +1,12 @@
-//! `syncline topic create | list | describe | elect-leaders`.
+//! `syncline topic create | list | describe | alter | elect-leaders`.
 
 use std::collections::BTreeMap;
 
 use anyhow::{bail, Result};
-use syncline_client::{Admin, ClientConfig, NewTopic};
+use syncline_client::{Admin, ClientConfig, NewTopic, TopicAlteration};
 use syncline_proto::ErrorCode;
 
-use crate::args::{CreateArgs, DescribeArgs, ElectLeadersArgs, TopicCommand};
+use crate::args::{AlterArgs, CreateArgs, DescribeArgs, ElectLeadersArgs, TopicCommand};
 use crate::errors::{explain, Ctx};
 use crate::fields;
 use crate::output::{election_json, election_table, topic_json, topic_table};
@@ -16,6 +16,7 @@ pub(crate) async fn run(command: TopicCommand, bootstrap: &str) -> Result<()> {
         TopicCommand::Create(args) => create(args, bootstrap).await,
         TopicCommand::List => list(bootstrap).await,
         TopicCommand::Describe(args) => describe(args, bootstrap).await,
+        TopicCommand::Alter(args) => alter(args, bootstrap).await,
         TopicCommand::ElectLeaders(args) => elect_leaders(args, bootstrap).await,
     }
 }
@@ -38,12 +39,7 @@ async fn create(args: CreateArgs, bootstrap: &str) -> Result<()> {
             args.replication_factor
         );
     }
-    let mut configs = BTreeMap::new();
-    for (key, value) in args.configs {
-        if let Some(previous) = configs.insert(key.clone(), value) {
-            bail!("--config {key} is given twice (first {key}={previous}): give it once");
-        }
-    }
+    let configs = config_map(args.configs)?;
     let topic = NewTopic {
         name: args.name.clone(),
         num_partitions: args.partitions,
@@ -137,5 +133,51 @@ async fn elect_leaders(args: ElectLeadersArgs, bootstrap: &str) -> Result<()> {
             failed.join(", ")
         );
     }
+    Ok(())
+}
+
+/// `--config` pairs as a map; a key given twice is an error.
+fn config_map(pairs: Vec<(String, String)>) -> Result<BTreeMap<String, String>> {
+    let mut configs = BTreeMap::new();
+    for (key, value) in pairs {
+        if let Some(previous) = configs.insert(key.clone(), value) {
+            bail!("--config {key} is given twice (first {key}={previous}): give it once");
+        }
+    }
+    Ok(configs)
+}
+
+async fn alter(args: AlterArgs, bootstrap: &str) -> Result<()> {
+    let ctx = Ctx {
+        bootstrap,
+        topic: Some(&args.name),
+    };
+    if args.configs.is_empty() && args.delete_configs.is_empty() && args.partitions.is_none() {
+        bail!("nothing to change: give --config KEY=VALUE, --delete-config KEY or --partitions N");
+    }
+    if let Some(n) = args.partitions.filter(|n| *n < 1) {
+        bail!("--partitions must be at least 1 (got {n})");
+    }
+    let change = TopicAlteration {
+        name: args.name.clone(),
+        set_configs: config_map(args.configs)?,
+        delete_configs: args.delete_configs,
+        partitions: args.partitions,
+    };
+    let altered = admin(ctx)?
+        .alter_topic(&change)
+        .await
+        .map_err(|e| anyhow::anyhow!(explain(&e, ctx)))?;
+    let configs: Vec<String> = altered
+        .configs
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    println!(
+        "Altered topic {} ({} partitions; configs {}).",
+        altered.name,
+        altered.num_partitions,
+        configs.join(",")
+    );
     Ok(())
 }

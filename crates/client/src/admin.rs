@@ -433,6 +433,66 @@ impl Admin {
     }
 }
 
+/// A change to a topic: configs set or deleted (back to their defaults), and
+/// partitions added.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TopicAlteration {
+    /// Topic name.
+    pub name: String,
+    /// Configs to set, by Kafka's dotted names.
+    pub set_configs: BTreeMap<String, String>,
+    /// Configs back to their defaults.
+    pub delete_configs: Vec<String>,
+    /// The new partition count (it only grows); `None` leaves it.
+    pub partitions: Option<i32>,
+}
+
+/// A topic after an [`Admin::alter_topic`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlteredTopic {
+    /// Topic name.
+    pub name: String,
+    /// Its partition count.
+    pub num_partitions: i32,
+    /// Its effective configs, defaults included.
+    pub configs: BTreeMap<String, String>,
+}
+
+impl Admin {
+    /// Changes a topic's configs live and grows its partition count (Kafka's
+    /// IncrementalAlterConfigs and CreatePartitions in one request): validated
+    /// as at creation, all or nothing. Any broker answers (it asks the active
+    /// controller).
+    pub async fn alter_topic(&self, change: &TopicAlteration) -> Result<AlteredTopic, ClientError> {
+        let request = pb::AlterTopicRequest {
+            name: change.name.clone(),
+            set_configs: change.set_configs.clone().into_iter().collect(),
+            delete_configs: change.delete_configs.clone(),
+            partitions: change.partitions.unwrap_or(0),
+            validate_only: false,
+            forwarded: false,
+        };
+        let body = self
+            .cluster
+            .send_any(pb::request::Body::AlterTopic(request))
+            .await?;
+        let r = expect_body!(body, AlterTopic)?;
+        let code = ErrorCode::from_wire(r.error_code);
+        if code != ErrorCode::None {
+            return Err(ClientError::Topic {
+                topic: change.name.clone(),
+                code,
+                message: r.error_message,
+            });
+        }
+        Ok(AlteredTopic {
+            name: r.name,
+            num_partitions: r.num_partitions,
+            configs: r.configs.into_iter().collect(),
+        })
+    }
+}
+
 /// The outcome of a preferred leader election for one partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ElectionResult {

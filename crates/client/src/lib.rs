@@ -83,9 +83,9 @@ mod sender;
 mod testing;
 
 pub use admin::{
-    Admin, BrokerDescription, ClusterDescription, CreatedTopic, ElectionResult, LeaderView,
-    NewTopic, PartitionDescription, QuorumDescription, QuorumVoter, ReplicaStatus,
-    TopicDescription,
+    Admin, AlteredTopic, BrokerDescription, ClusterDescription, CreatedTopic, ElectionResult,
+    LeaderView, NewTopic, PartitionDescription, QuorumDescription, QuorumVoter, ReplicaStatus,
+    TopicAlteration, TopicDescription,
 };
 pub use config::{Acks, AutoOffsetReset, ClientConfig, ConsumerConfig, ProducerConfig};
 pub use connection::Connection;

@@ -2,6 +2,7 @@
 //! changes, and returns the decision as records for the shell to commit.
 
 mod alter_partition;
+mod alter_topic;
 mod brokers;
 mod elect_leaders;
 mod topics;

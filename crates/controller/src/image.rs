@@ -174,6 +174,9 @@ pub enum ApplyError {
     /// A `TopicRecord` for a topic that exists.
     #[error("topic {0} already exists")]
     TopicExists(String),
+    /// A `TopicConfigRecord` for a topic that does not exist.
+    #[error("topic {0} does not exist")]
+    UnknownTopic(String),
     /// A `PartitionRecord` that cannot be applied.
     #[error("invalid record for partition {partition}: {reason}")]
     InvalidPartition {
@@ -245,6 +248,7 @@ impl MetadataImage {
             Record::UnfenceBroker(r) => self.set_fenced(r.broker_id, r.broker_epoch, false)?,
             Record::Topic(r) => self.apply_topic(r)?,
             Record::Partition(r) => self.apply_partition(r)?,
+            Record::TopicConfig(r) => self.apply_topic_config(r)?,
         }
         self.last_applied_offset = offset;
         debug_assert_eq!(self.check_invariants(), Ok(()));
@@ -335,6 +339,19 @@ impl MetadataImage {
                 partitions: Vec::new(),
             },
         );
+        Ok(())
+    }
+
+    fn apply_topic_config(&mut self, r: &pb::TopicConfigRecord) -> Result<(), ApplyError> {
+        let topic = self
+            .topics
+            .get_mut(&r.name)
+            .ok_or_else(|| ApplyError::UnknownTopic(r.name.clone()))?;
+        topic.configs = r
+            .configs
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         Ok(())
     }
 

@@ -36,6 +36,19 @@ pub fn changed_brokers(records: &[pb::MetadataRecord]) -> Vec<i32> {
     set.into_iter().collect()
 }
 
+/// The topics whose configs a list of records changes, sorted and deduplicated:
+/// announce their new configs to every broker.
+pub fn changed_topic_configs(records: &[pb::MetadataRecord]) -> Vec<String> {
+    let set: BTreeSet<&str> = records
+        .iter()
+        .filter_map(|r| match &r.record {
+            Some(Record::TopicConfig(t)) => Some(t.name.as_str()),
+            _ => None,
+        })
+        .collect();
+    set.into_iter().map(str::to_owned).collect()
+}
+
 fn record(r: Record) -> pb::MetadataRecord {
     pb::MetadataRecord { record: Some(r) }
 }
@@ -60,6 +73,16 @@ pub(crate) fn topic_record(
     configs: &std::collections::BTreeMap<String, String>,
 ) -> pb::MetadataRecord {
     record(Record::Topic(pb::TopicRecord {
+        name: name.to_owned(),
+        configs: configs.clone().into_iter().collect(),
+    }))
+}
+
+pub(crate) fn topic_config_record(
+    name: &str,
+    configs: &std::collections::BTreeMap<String, String>,
+) -> pb::MetadataRecord {
+    record(Record::TopicConfig(pb::TopicConfigRecord {
         name: name.to_owned(),
         configs: configs.clone().into_iter().collect(),
     }))

@@ -1,6 +1,7 @@
 //! Operators' tools with real processes: preferred leader election, by command
 //! (`syncline topic elect-leaders`) and by the active controller's automatic
-//! rebalance, under `acks=all` load with nothing acknowledged lost.
+//! rebalance, under `acks=all` load with nothing acknowledged lost; topic configs
+//! changed live and partitions added (`syncline topic alter`).
 
 use std::collections::BTreeMap;
 
@@ -193,4 +194,142 @@ async fn the_automatic_rebalance_puts_preferred_replicas_back_on_its_own() {
     })
     .await;
     finish(&cluster, load, watch).await;
+}
+
+fn cli_ok(cluster: &Cluster, args: &[&str]) -> String {
+    let out = cluster.cli(args, None);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "syncline {args:?} failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn cli_fails(cluster: &Cluster, args: &[&str]) -> String {
+    let out = cluster.cli(args, None);
+    assert!(!out.status.success(), "syncline {args:?} succeeded");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The error code of one acks=all produce to `partition` through its leader.
+async fn produce_code(cluster: &Cluster, topic: &str, partition: i32) -> pb::ErrorCode {
+    let Ok(ps) = topic_metadata(cluster, 1, topic).await else {
+        return pb::ErrorCode::UnknownServerError;
+    };
+    let Some(leader) = ps
+        .iter()
+        .find(|p| p.partition == partition)
+        .map(|p| p.leader_id)
+    else {
+        return pb::ErrorCode::UnknownTopicOrPartition;
+    };
+    let Ok(conn) = cluster.connect(leader).await else {
+        return pb::ErrorCode::NetworkException;
+    };
+    match syncline_e2e::client::produce(&conn, topic, partition, -1, &[b"v".to_vec()]).await {
+        Ok(r) => pb::ErrorCode::from_wire(r.error_code),
+        Err(_) => pb::ErrorCode::NetworkException,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_configs_change_live_and_partitions_only_grow() {
+    let topic = "altered";
+    let mut cluster = Cluster::start_quorum(3, 3, FAST_TIMERS).await;
+    create_topic(&cluster, topic, 1, 3, 2);
+    let full = by_partition(&wait_full_isr(&cluster, 1, topic, WAIT).await);
+    assert_eq!(produce_code(&cluster, topic, 0).await, pb::ErrorCode::None);
+
+    // One follower paused: the ISR shrinks to 2, which min.insync.replicas=2 allows.
+    let follower = *full[&0]
+        .replicas
+        .iter()
+        .find(|r| **r != full[&0].leader_id)
+        .unwrap();
+    cluster.pause(follower);
+    wait_for("the ISR without the paused follower", WAIT, || async {
+        topic_metadata(&cluster, 1, topic)
+            .await
+            .is_ok_and(|ps| ps[0].isr.len() == 2)
+    })
+    .await;
+    assert_eq!(produce_code(&cluster, topic, 0).await, pb::ErrorCode::None);
+
+    // Raised live to 3: the same ISR now refuses acks=all, and describe shows it.
+    let out = cli_ok(
+        &cluster,
+        &["topic", "alter", topic, "--config", "min.insync.replicas=3"],
+    );
+    assert!(out.contains("min.insync.replicas=3"), "{out}");
+    wait_for(
+        "acks=all refused below the new min.insync.replicas",
+        WAIT,
+        || async { produce_code(&cluster, topic, 0).await == pb::ErrorCode::NotEnoughReplicas },
+    )
+    .await;
+    let described = cli_ok(&cluster, &["topic", "describe", topic, "--json"]);
+    let described: Value = serde_json::from_str(&described).unwrap();
+    assert_eq!(
+        described["configs"]["min.insync.replicas"], "3",
+        "{described}"
+    );
+
+    // Deleted, it is back at the broker's default (Kafka's 1): acks=all is
+    // accepted again.
+    cli_ok(
+        &cluster,
+        &[
+            "topic",
+            "alter",
+            topic,
+            "--delete-config",
+            "min.insync.replicas",
+        ],
+    );
+    wait_for(
+        "acks=all accepted with the config deleted",
+        WAIT,
+        || async { produce_code(&cluster, topic, 0).await == pb::ErrorCode::None },
+    )
+    .await;
+    cluster.resume(follower);
+    wait_full_isr(&cluster, 1, topic, WAIT).await;
+
+    // Partitions grow: the new ones get leaders and take writes; they never shrink.
+    let out = cli_ok(&cluster, &["topic", "alter", topic, "--partitions", "3"]);
+    assert!(out.contains("3 partitions"), "{out}");
+    wait_for("acks=all accepted by the new partition 2", WAIT, || async {
+        produce_code(&cluster, topic, 2).await == pb::ErrorCode::None
+    })
+    .await;
+    assert_eq!(wait_full_isr(&cluster, 1, topic, WAIT).await.len(), 3);
+    let refused = cli_fails(&cluster, &["topic", "alter", topic, "--partitions", "2"]);
+    assert!(
+        refused.contains("INVALID_PARTITIONS") && refused.contains("only grow"),
+        "{refused}"
+    );
+    let refused = cli_fails(
+        &cluster,
+        &["topic", "alter", topic, "--config", "min.insync.replicas=4"],
+    );
+    assert!(refused.contains("INVALID_CONFIG"), "{refused}");
+    let refused = cli_fails(
+        &cluster,
+        &[
+            "topic",
+            "alter",
+            "no-such-topic",
+            "--config",
+            "retention.ms=1",
+        ],
+    );
+    assert!(refused.contains("no-such-topic"), "{refused}");
+    let refused = cli_fails(&cluster, &["topic", "alter", topic]);
+    assert!(refused.contains("nothing to change"), "{refused}");
 }

@@ -131,9 +131,16 @@ impl Log {
         &self.dir
     }
 
-    /// The settings the log was opened with.
+    /// The settings in force.
     pub fn config(&self) -> &LogConfig {
         &self.config
+    }
+
+    /// Changes the settings (a topic config altered live). Rolling, flushing and
+    /// retention follow the new ones from the next append, flush check or
+    /// retention pass; segments already written stay as they are.
+    pub fn set_config(&mut self, config: LogConfig) {
+        self.config = config;
     }
 
     /// The offset the next appended record gets (LEO).

@@ -150,6 +150,23 @@ fn segments_roll_by_size_and_are_named_by_base_offset() {
 }
 
 #[test]
+fn a_config_changed_live_rolls_by_the_new_size_from_the_next_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = batch(2, 50, TS).len() as u64;
+    let mut log = Log::open(dir.path(), small_config(one * 100)).unwrap();
+    fill(&mut log, 4, 2, 0);
+    assert_eq!(log.segment_count(), 1);
+    log.set_config(small_config(one * 2));
+    assert_eq!(log.config().segment_bytes, one * 2);
+    // The active segment holds 4 batches, more than the new size: the next append
+    // rolls, and from then on every segment holds at most two.
+    fill(&mut log, 4, 2, 0);
+    assert_eq!(log.segment_count(), 3);
+    assert_eq!(log.log_end_offset(), 16);
+    assert_eq!(headers(&read_all(&log)).len(), 8);
+}
+
+#[test]
 fn segments_roll_by_age_of_record_timestamps() {
     let dir = tempfile::tempdir().unwrap();
     let config = LogConfig {

@@ -119,11 +119,12 @@ pub fn api_name(body: &pb::request::Body) -> &'static str {
         Body::Raft(_) => "Raft",
         Body::DescribeQuorum(_) => "DescribeQuorum",
         Body::ElectLeaders(_) => "ElectLeaders",
+        Body::AlterTopic(_) => "AlterTopic",
     }
 }
 
 /// Every API name, in key order (for pre-registering metrics).
-pub const API_NAMES: [&str; 15] = [
+pub const API_NAMES: [&str; 16] = [
     "Produce",
     "Fetch",
     "ListOffsets",
@@ -139,4 +140,5 @@ pub const API_NAMES: [&str; 15] = [
     "Raft",
     "DescribeQuorum",
     "ElectLeaders",
+    "AlterTopic",
 ];

@@ -431,6 +431,13 @@ impl Partition {
         local_broker_epoch: i64,
         now: Instant,
     ) -> Effects {
+        {
+            let mut log = self.log.write();
+            if *log.config() != config.log {
+                tracing::info!(partition = %self.tp, config = ?config.log, "log config changed");
+                log.set_config(config.log.clone());
+            }
+        }
         let mut core = self.core.lock();
         let effects = core.on_leader_and_isr(
             &Announcement::from(ps),

@@ -40,15 +40,7 @@ impl Controller {
         &self,
         req: &pb::CreateTopicsRequest,
     ) -> ControllerResult<pb::CreateTopicsResponse> {
-        let usable: Vec<Candidate<'_>> = self
-            .image
-            .brokers()
-            .filter(|b| !b.fenced && !self.shutting_down.contains(&b.broker_id))
-            .map(|b| Candidate {
-                id: b.broker_id,
-                rack: b.rack(),
-            })
-            .collect();
+        let usable = self.placement_candidates();
         let mut name_counts: BTreeMap<&str, usize> = BTreeMap::new();
         for t in &req.topics {
             *name_counts.entry(t.name.as_str()).or_default() += 1;
@@ -105,19 +97,7 @@ impl Controller {
                 cursor += num_partitions;
                 created.insert(&t.name);
                 records.push(records::topic_record(&t.name, &new.overrides));
-                for (index, replicas) in (0..).zip(assignment) {
-                    let initial = PartitionRegistration {
-                        isr: replicas.clone(),
-                        leader: replicas.first().copied().unwrap_or(NO_LEADER),
-                        replicas,
-                        leader_epoch: 0,
-                        partition_epoch: 0,
-                    };
-                    records.push(records::partition_record(
-                        &TopicPartition::new(&t.name, index),
-                        &initial,
-                    ));
-                }
+                records.extend(new_partition_records(&t.name, 0, assignment));
                 tracing::info!(
                     topic = %t.name,
                     partitions = new.num_partitions,
@@ -135,6 +115,18 @@ impl Controller {
             });
         }
         ControllerResult::new(pb::CreateTopicsResponse { topics: results }, records)
+    }
+
+    /// The brokers new replicas may go to: unfenced and not shutting down.
+    pub(super) fn placement_candidates(&self) -> Vec<Candidate<'_>> {
+        self.image
+            .brokers()
+            .filter(|b| !b.fenced && !self.shutting_down.contains(&b.broker_id))
+            .map(|b| Candidate {
+                id: b.broker_id,
+                rack: b.rack(),
+            })
+            .collect()
     }
 
     fn validate_topic(
@@ -217,6 +209,25 @@ impl Controller {
             overrides,
         })
     }
+}
+
+/// The records of new partitions `first..` of `topic` with these replicas: ISR =
+/// replicas, the first leads, epochs 0.
+pub(super) fn new_partition_records(
+    topic: &str,
+    first: i32,
+    assignment: Vec<Vec<i32>>,
+) -> impl Iterator<Item = pb::MetadataRecord> + '_ {
+    (first..).zip(assignment).map(move |(index, replicas)| {
+        let initial = PartitionRegistration {
+            isr: replicas.clone(),
+            leader: replicas.first().copied().unwrap_or(NO_LEADER),
+            replicas,
+            leader_epoch: 0,
+            partition_epoch: 0,
+        };
+        records::partition_record(&TopicPartition::new(topic, index), &initial)
+    })
 }
 
 /// Kafka's topic name rules: 1..=249 characters of `[a-zA-Z0-9._-]`, not `.` or `..`.

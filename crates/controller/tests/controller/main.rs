@@ -1,6 +1,7 @@
 //! The controller driven through its public API, as the shell drives it.
 
 mod alter_partition;
+mod alter_topic;
 mod brokers;
 mod create_topics;
 mod elect_leaders;
