@@ -349,7 +349,32 @@ impl MetadataCache {
     /// DescribeCluster for a client on `listener`: every registered broker.
     pub(crate) fn describe_cluster(&self, listener: &str) -> pb::DescribeClusterResponse {
         let image = self.image.read();
+        let mut loads: BTreeMap<i32, pb::BrokerLoad> = image
+            .brokers
+            .keys()
+            .map(|&id| {
+                let load = pb::BrokerLoad {
+                    broker_id: id,
+                    ..Default::default()
+                };
+                (id, load)
+            })
+            .collect();
+        for ps in image.topics.values().flat_map(|t| t.partitions.values()) {
+            for r in &ps.replicas {
+                if let Some(l) = loads.get_mut(r) {
+                    l.partitions += 1;
+                }
+            }
+            if let Some(l) = loads.get_mut(&ps.leader) {
+                l.leaders += 1;
+            }
+            if let Some(l) = ps.replicas.first().and_then(|r| loads.get_mut(r)) {
+                l.preferred_leaders += 1;
+            }
+        }
         pb::DescribeClusterResponse {
+            loads: loads.into_values().collect(),
             error_code: ErrorCode::None as i32,
             cluster_id: image.cluster_id.clone(),
             controller_id: image.controller_id,
@@ -437,6 +462,29 @@ mod tests {
             c.apply(&req(vec![ps(0, 2, 3, 6)], true)).partitions.len(),
             1
         );
+    }
+
+    #[test]
+    fn describe_cluster_counts_each_brokers_replicas_leaderships_and_preferred_ones() {
+        let c = MetadataCache::new("c");
+        // Replicas [1, 2, 3] everywhere (1 preferred); 1 leads partition 0, 2 leads
+        // 1 and 2, partition 3 is offline.
+        c.apply(&req(
+            vec![
+                ps(0, 1, 0, 0),
+                ps(1, 2, 1, 1),
+                ps(2, 2, 1, 1),
+                ps(3, -1, 1, 1),
+            ],
+            true,
+        ));
+        let loads: Vec<(i32, i32, i32, i32)> = c
+            .describe_cluster("EXTERNAL")
+            .loads
+            .iter()
+            .map(|l| (l.broker_id, l.partitions, l.leaders, l.preferred_leaders))
+            .collect();
+        assert_eq!(loads, vec![(1, 4, 1, 4), (2, 4, 2, 0), (3, 4, 0, 0)]);
     }
 
     #[test]

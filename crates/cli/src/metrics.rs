@@ -897,6 +897,7 @@ syncline_request_duration_seconds_bucket{le=\"+Inf\",api=\"Produce\"} 4
                     broker_epoch: 1,
                     fenced: false,
                     metrics_address: m.map(String::from),
+                    load: None,
                 })
                 .collect(),
         }

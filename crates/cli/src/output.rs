@@ -213,6 +213,9 @@ pub(crate) fn cluster_table(
         "RACK",
         "STATUS",
         "BROKER_EPOCH",
+        "PARTITIONS",
+        "LEADERS",
+        "PREFERRED",
         "METRICS",
     ]);
     for b in &c.brokers {
@@ -226,6 +229,9 @@ pub(crate) fn cluster_table(
             opt(b.endpoint.rack.as_deref()),
             status,
             b.broker_epoch.to_string(),
+            opt(b.load.map(|l| l.partitions)),
+            opt(b.load.map(|l| l.leaders)),
+            opt(b.load.map(|l| l.preferred_leaders)),
             opt(b.metrics_address.as_deref()),
         ]);
     }
@@ -305,6 +311,9 @@ pub(crate) fn cluster_json(
             "broker_epoch": b.broker_epoch,
             "metrics_address": b.metrics_address,
             "controller": c.controller_id == Some(b.endpoint.id),
+            "partitions": b.load.map(|l| l.partitions),
+            "leaders": b.load.map(|l| l.leaders),
+            "preferred_leaders": b.load.map(|l| l.preferred_leaders),
         })).collect::<Vec<_>>(),
     })
 }
@@ -363,8 +372,8 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
     use syncline_client::{
-        BrokerDescription, BrokerEndpoint, LeaderView, PartitionDescription, QuorumVoter,
-        ReplicaStatus,
+        BrokerDescription, BrokerEndpoint, BrokerLoad, LeaderView, PartitionDescription,
+        QuorumVoter, ReplicaStatus,
     };
 
     fn topic() -> TopicDescription {
@@ -471,6 +480,11 @@ PARTITION  REPLICA  LOG_END_OFFSET  LAG  LAST_CAUGHT_UP_MS_AGO  IN_ISR
             broker_epoch: 100 + i64::from(id),
             fenced,
             metrics_address: (!fenced).then(|| format!("127.0.0.1:{}", 9100 + id)),
+            load: (!fenced).then_some(BrokerLoad {
+                partitions: 3,
+                leaders: 1,
+                preferred_leaders: 2,
+            }),
         };
         let c = ClusterDescription {
             cluster_id: "abc".into(),
@@ -493,9 +507,9 @@ PARTITION  REPLICA  LOG_END_OFFSET  LAG  LAST_CAUGHT_UP_MS_AGO  IN_ISR
         let expected = "\
 Cluster: abc  Controller: 1
 
-ID  ENDPOINT        RACK  STATUS            BROKER_EPOCH  METRICS
-1   127.0.0.1:9091  r1    alive,controller  101           127.0.0.1:9101
-2   127.0.0.1:9092  -     fenced            102           -
+ID  ENDPOINT        RACK  STATUS            BROKER_EPOCH  PARTITIONS  LEADERS  PREFERRED  METRICS
+1   127.0.0.1:9091  r1    alive,controller  101           3           1        2          127.0.0.1:9101
+2   127.0.0.1:9092  -     fenced            102           -           -        -          -
 
 Controller quorum: leader 1  leader epoch 4  high watermark 40  controller epoch 6
 
@@ -509,6 +523,9 @@ VOTER  STATUS    LOG_END_OFFSET  LAG  LAST_CONTACT_MS
         assert_eq!(v["brokers"][1]["status"], "fenced");
         assert_eq!(v["brokers"][0]["endpoint"], "127.0.0.1:9091");
         assert!(v["brokers"][1]["metrics_address"].is_null());
+        assert_eq!(v["brokers"][0]["leaders"], 1);
+        assert_eq!(v["brokers"][0]["preferred_leaders"], 2);
+        assert!(v["brokers"][1]["partitions"].is_null());
         assert_eq!(v["quorum"]["leader_id"], 1);
         assert_eq!(v["quorum"]["voters"][1]["id"], 2);
         assert_eq!(v["quorum"]["voters"][1]["log_end_offset"], 38);

@@ -298,6 +298,7 @@ mod tests {
                     broker_epoch: 1,
                     fenced,
                     metrics_address: None,
+                    load: None,
                 })
                 .collect(),
         }

@@ -146,6 +146,21 @@ pub struct BrokerDescription {
     pub fenced: bool,
     /// `host:port` of its Prometheus endpoint, if enabled.
     pub metrics_address: Option<String>,
+    /// Partition replicas, leaderships and preferred leaderships it holds, as
+    /// the answering broker's metadata shows; `None` from a broker that does not
+    /// report them.
+    pub load: Option<BrokerLoad>,
+}
+
+/// What one broker hosts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BrokerLoad {
+    /// Partition replicas it holds.
+    pub partitions: i32,
+    /// Partitions it leads.
+    pub leaders: i32,
+    /// Partitions whose preferred replica (the first) it is.
+    pub preferred_leaders: i32,
 }
 
 /// The cluster as the controller knows it.
@@ -602,6 +617,19 @@ pub(crate) fn cluster_description(response: pb::DescribeClusterResponse) -> Clus
             broker_epoch: b.broker_epoch,
             fenced: b.fenced,
             metrics_address: (!b.metrics_address.is_empty()).then(|| b.metrics_address.clone()),
+            load: response
+                .loads
+                .iter()
+                .find(|l| {
+                    b.endpoint
+                        .as_ref()
+                        .is_some_and(|e| e.node_id == l.broker_id)
+                })
+                .map(|l| BrokerLoad {
+                    partitions: l.partitions,
+                    leaders: l.leaders,
+                    preferred_leaders: l.preferred_leaders,
+                }),
         })
         .collect();
     brokers.sort_by_key(|b| b.endpoint.id);
@@ -803,7 +831,22 @@ mod tests {
             cluster_id: "c".into(),
             controller_id: -1,
             brokers: vec![b(2, true, ""), b(1, false, "h:9101")],
+            loads: vec![pb::BrokerLoad {
+                broker_id: 1,
+                partitions: 3,
+                leaders: 1,
+                preferred_leaders: 2,
+            }],
         });
+        assert_eq!(
+            d.brokers[0].load,
+            Some(BrokerLoad {
+                partitions: 3,
+                leaders: 1,
+                preferred_leaders: 2
+            })
+        );
+        assert_eq!(d.brokers[1].load, None);
         assert_eq!(d.controller_id, None);
         assert_eq!(d.brokers[0].endpoint.rack.as_deref(), Some("r1"));
         assert_eq!(d.brokers[0].metrics_address.as_deref(), Some("h:9101"));

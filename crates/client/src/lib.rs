@@ -83,9 +83,9 @@ mod sender;
 mod testing;
 
 pub use admin::{
-    Admin, AlteredTopic, BrokerDescription, ClusterDescription, CreatedTopic, ElectionResult,
-    LeaderView, NewTopic, PartitionDescription, QuorumDescription, QuorumVoter, ReplicaStatus,
-    TopicAlteration, TopicDescription,
+    Admin, AlteredTopic, BrokerDescription, BrokerLoad, ClusterDescription, CreatedTopic,
+    ElectionResult, LeaderView, NewTopic, PartitionDescription, QuorumDescription, QuorumVoter,
+    ReplicaStatus, TopicAlteration, TopicDescription,
 };
 pub use config::{Acks, AutoOffsetReset, ClientConfig, ConsumerConfig, ProducerConfig};
 pub use connection::Connection;

@@ -168,6 +168,8 @@ impl Controller {
             cluster_id: self.config.cluster_id.clone(),
             controller_id: self.config.node_id,
             brokers: self.image.broker_infos(),
+            // What each broker hosts is the brokers' metadata caches' to report.
+            loads: Vec::new(),
         }
     }
 

@@ -85,6 +85,32 @@ async fn after_failover_and_rejoin(
     (cluster, load, watch, victim, preferred, before)
 }
 
+/// Waits until `victim` leads every partition it prefers again and the active
+/// controller reports no imbalance.
+async fn wait_preferred_leading(
+    cluster: &Cluster,
+    via: i32,
+    victim: i32,
+    preferred: &[i32],
+    when: &str,
+) {
+    wait_for(
+        &format!("the preferred replica leading again {when}"),
+        WAIT,
+        || async {
+            let now = leaders(cluster, via).await;
+            preferred
+                .iter()
+                .all(|p| now.get(p).map(|l| l.0) == Some(victim))
+        },
+    )
+    .await;
+    wait_for(&format!("no imbalance reported {when}"), WAIT, || async {
+        imbalance(cluster).await == 0.0
+    })
+    .await;
+}
+
 async fn finish(cluster: &Cluster, load: Load, watch: LeaderWatch) {
     load.wait_progress("after the election", 5, WAIT).await;
     let report = load.finish().await;
@@ -135,17 +161,7 @@ async fn elect_leaders_puts_preferred_replicas_back_after_a_failover_without_los
             assert_eq!(r["leader"], before[&p].replicas[0], "{stdout}");
         }
     }
-    wait_for("the preferred replica leading again", WAIT, || async {
-        let now = leaders(&cluster, via).await;
-        preferred
-            .iter()
-            .all(|p| now.get(p).map(|l| l.0) == Some(victim))
-    })
-    .await;
-    wait_for("no imbalance reported", WAIT, || async {
-        imbalance(&cluster).await == 0.0
-    })
-    .await;
+    wait_preferred_leading(&cluster, via, victim, &preferred, "after elect-leaders").await;
 
     // Again: every partition is led by its preferred replica already, which is
     // no failure.
@@ -178,21 +194,7 @@ async fn the_automatic_rebalance_puts_preferred_replicas_back_on_its_own() {
     let (cluster, load, watch, victim, preferred, _) =
         after_failover_and_rejoin("leader_imbalance_check_interval_seconds = 1\n").await;
     let via = other_than(victim);
-    wait_for(
-        "the rebalance making the preferred replica lead again",
-        WAIT,
-        || async {
-            let now = leaders(&cluster, via).await;
-            preferred
-                .iter()
-                .all(|p| now.get(p).map(|l| l.0) == Some(victim))
-        },
-    )
-    .await;
-    wait_for("no imbalance reported", WAIT, || async {
-        imbalance(&cluster).await == 0.0
-    })
-    .await;
+    wait_preferred_leading(&cluster, via, victim, &preferred, "after the rebalance").await;
     finish(&cluster, load, watch).await;
 }
 
