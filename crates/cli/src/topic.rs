@@ -127,9 +127,16 @@ async fn elect_leaders(args: ElectLeadersArgs, bootstrap: &str) -> Result<()> {
         })
         .collect();
     if !failed.is_empty() {
+        let hint = if results
+            .iter()
+            .any(|r| r.error == Some(ErrorCode::PreferredLeaderNotAvailable))
+        {
+            " (a preferred replica out of the ISR must catch up first; `syncline topic describe` shows the ISR)"
+        } else {
+            ""
+        };
         bail!(
-            "the preferred replica could not be elected for {}: see RESULT above (a preferred \
-             replica out of the ISR must catch up first; `syncline topic describe` shows the ISR)",
+            "the preferred replica could not be elected for {}: see RESULT above{hint}",
             failed.join(", ")
         );
     }
@@ -164,6 +171,12 @@ async fn alter(args: AlterArgs, bootstrap: &str) -> Result<()> {
         delete_configs: args.delete_configs,
         partitions: args.partitions,
     };
+    // The keys this change names, with the values in force after it.
+    let named: Vec<&String> = change
+        .set_configs
+        .keys()
+        .chain(&change.delete_configs)
+        .collect();
     let altered = admin(ctx)?
         .alter_topic(&change)
         .await
@@ -171,13 +184,17 @@ async fn alter(args: AlterArgs, bootstrap: &str) -> Result<()> {
     let configs: Vec<String> = altered
         .configs
         .iter()
+        .filter(|(k, _)| named.contains(k))
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
+    let configs = if configs.is_empty() {
+        String::new()
+    } else {
+        format!("; {}", configs.join(", "))
+    };
     println!(
-        "Altered topic {} ({} partitions; configs {}).",
-        altered.name,
-        altered.num_partitions,
-        configs.join(",")
+        "Altered topic {}: {} partitions{configs}.",
+        altered.name, altered.num_partitions
     );
     Ok(())
 }

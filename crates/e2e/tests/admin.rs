@@ -198,8 +198,10 @@ async fn the_automatic_rebalance_puts_preferred_replicas_back_on_its_own() {
     finish(&cluster, load, watch).await;
 }
 
-fn cli_ok(cluster: &Cluster, args: &[&str]) -> String {
-    let out = cluster.cli(args, None);
+/// The CLI bootstrapped from broker `via` alone (a paused broker in the bootstrap
+/// list would hold a request until it times out).
+fn cli_ok(cluster: &Cluster, via: i32, args: &[&str]) -> String {
+    let out = cluster.cli_via(via, args, None);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -209,8 +211,8 @@ fn cli_ok(cluster: &Cluster, args: &[&str]) -> String {
     stdout
 }
 
-fn cli_fails(cluster: &Cluster, args: &[&str]) -> String {
-    let out = cluster.cli(args, None);
+fn cli_fails(cluster: &Cluster, via: i32, args: &[&str]) -> String {
+    let out = cluster.cli_via(via, args, None);
     assert!(!out.status.success(), "syncline {args:?} succeeded");
     format!(
         "{}{}",
@@ -219,9 +221,10 @@ fn cli_fails(cluster: &Cluster, args: &[&str]) -> String {
     )
 }
 
-/// The error code of one acks=all produce to `partition` through its leader.
-async fn produce_code(cluster: &Cluster, topic: &str, partition: i32) -> pb::ErrorCode {
-    let Ok(ps) = topic_metadata(cluster, 1, topic).await else {
+/// The error code of one acks=all produce to `partition` through its leader, found
+/// through broker `via` (one that is not paused: a paused broker answers nothing).
+async fn produce_code(cluster: &Cluster, via: i32, topic: &str, partition: i32) -> pb::ErrorCode {
+    let Ok(ps) = topic_metadata(cluster, via, topic).await else {
         return pb::ErrorCode::UnknownServerError;
     };
     let Some(leader) = ps
@@ -246,36 +249,50 @@ async fn topic_configs_change_live_and_partitions_only_grow() {
     let mut cluster = Cluster::start_quorum(3, 3, FAST_TIMERS).await;
     create_topic(&cluster, topic, 1, 3, 2);
     let full = by_partition(&wait_full_isr(&cluster, 1, topic, WAIT).await);
-    assert_eq!(produce_code(&cluster, topic, 0).await, pb::ErrorCode::None);
+    // Every metadata read goes to the partition's leader, which is never paused.
+    let via = full[&0].leader_id;
+    assert_eq!(
+        produce_code(&cluster, via, topic, 0).await,
+        pb::ErrorCode::None
+    );
 
     // One follower paused: the ISR shrinks to 2, which min.insync.replicas=2 allows.
+    // Not the active controller either: pausing it would move control too, which
+    // the quorum tests cover, and slow every step here by an election.
+    let controller = cluster.wait_active_controller(&[], WAIT).await;
     let follower = *full[&0]
         .replicas
         .iter()
-        .find(|r| **r != full[&0].leader_id)
+        .find(|r| **r != via && **r != controller)
         .unwrap();
     cluster.pause(follower);
     wait_for("the ISR without the paused follower", WAIT, || async {
-        topic_metadata(&cluster, 1, topic)
+        topic_metadata(&cluster, via, topic)
             .await
             .is_ok_and(|ps| ps[0].isr.len() == 2)
     })
     .await;
-    assert_eq!(produce_code(&cluster, topic, 0).await, pb::ErrorCode::None);
+    assert_eq!(
+        produce_code(&cluster, via, topic, 0).await,
+        pb::ErrorCode::None
+    );
 
     // Raised live to 3: the same ISR now refuses acks=all, and describe shows it.
     let out = cli_ok(
         &cluster,
+        via,
         &["topic", "alter", topic, "--config", "min.insync.replicas=3"],
     );
     assert!(out.contains("min.insync.replicas=3"), "{out}");
     wait_for(
         "acks=all refused below the new min.insync.replicas",
         WAIT,
-        || async { produce_code(&cluster, topic, 0).await == pb::ErrorCode::NotEnoughReplicas },
+        || async {
+            produce_code(&cluster, via, topic, 0).await == pb::ErrorCode::NotEnoughReplicas
+        },
     )
     .await;
-    let described = cli_ok(&cluster, &["topic", "describe", topic, "--json"]);
+    let described = cli_ok(&cluster, via, &["topic", "describe", topic, "--json"]);
     let described: Value = serde_json::from_str(&described).unwrap();
     assert_eq!(
         described["configs"]["min.insync.replicas"], "3",
@@ -286,6 +303,7 @@ async fn topic_configs_change_live_and_partitions_only_grow() {
     // accepted again.
     cli_ok(
         &cluster,
+        via,
         &[
             "topic",
             "alter",
@@ -297,32 +315,42 @@ async fn topic_configs_change_live_and_partitions_only_grow() {
     wait_for(
         "acks=all accepted with the config deleted",
         WAIT,
-        || async { produce_code(&cluster, topic, 0).await == pb::ErrorCode::None },
+        || async { produce_code(&cluster, via, topic, 0).await == pb::ErrorCode::None },
     )
     .await;
     cluster.resume(follower);
     wait_full_isr(&cluster, 1, topic, WAIT).await;
 
     // Partitions grow: the new ones get leaders and take writes; they never shrink.
-    let out = cli_ok(&cluster, &["topic", "alter", topic, "--partitions", "3"]);
+    let out = cli_ok(
+        &cluster,
+        via,
+        &["topic", "alter", topic, "--partitions", "3"],
+    );
     assert!(out.contains("3 partitions"), "{out}");
     wait_for("acks=all accepted by the new partition 2", WAIT, || async {
-        produce_code(&cluster, topic, 2).await == pb::ErrorCode::None
+        produce_code(&cluster, via, topic, 2).await == pb::ErrorCode::None
     })
     .await;
     assert_eq!(wait_full_isr(&cluster, 1, topic, WAIT).await.len(), 3);
-    let refused = cli_fails(&cluster, &["topic", "alter", topic, "--partitions", "2"]);
+    let refused = cli_fails(
+        &cluster,
+        via,
+        &["topic", "alter", topic, "--partitions", "2"],
+    );
     assert!(
         refused.contains("INVALID_PARTITIONS") && refused.contains("only grow"),
         "{refused}"
     );
     let refused = cli_fails(
         &cluster,
+        via,
         &["topic", "alter", topic, "--config", "min.insync.replicas=4"],
     );
     assert!(refused.contains("INVALID_CONFIG"), "{refused}");
     let refused = cli_fails(
         &cluster,
+        via,
         &[
             "topic",
             "alter",
@@ -332,6 +360,6 @@ async fn topic_configs_change_live_and_partitions_only_grow() {
         ],
     );
     assert!(refused.contains("no-such-topic"), "{refused}");
-    let refused = cli_fails(&cluster, &["topic", "alter", topic]);
+    let refused = cli_fails(&cluster, via, &["topic", "alter", topic]);
     assert!(refused.contains("nothing to change"), "{refused}");
 }
