@@ -13,14 +13,16 @@
 //!
 //! # Leadership
 //!
-//! Only the leader proposes. A new leader first calls [`Quorum::barrier`]: it returns
-//! once this leader's first entry of its term is committed and applied here, and so
-//! everything any earlier leader committed (Raft's leader completeness) is in
-//! [`Quorum::image`]. Only then may it decide from the image. [`Quorum::propose`]
-//! returns after the entry is committed by a majority and applied to this voter's
-//! image; a `Timeout` or a lost leadership leaves the outcome unknown (the entry may
-//! still commit under this or a later leader), so the caller resigns and the next
-//! leader's barrier settles it.
+//! Only the leader proposes. A leader taking office first calls
+//! [`Quorum::barrier`]: it commits an empty entry and returns once that entry is
+//! applied here, and so everything in this leader's log before it — whatever any
+//! earlier leader committed (Raft's leader completeness), and any entry of its own
+//! whose proposal timed out — is in [`Quorum::image`]. Only then may it decide from
+//! the image. [`Quorum::propose`] returns after the entry is committed by a majority
+//! and applied to this voter's image; a `Timeout` or a lost leadership leaves the
+//! outcome unknown (the entry may still commit under this or a later leader), so the
+//! caller resigns and the barrier of whoever takes office next — this voter again
+//! in the same term included — settles it.
 
 mod frame;
 mod log_store;
@@ -42,10 +44,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use openraft::alias::WatchReceiverOf;
 use openraft::async_runtime::watch::WatchReceiver;
-use openraft::error::{ClientWriteError, InitializeError, LinearizableReadError, RaftError};
-use openraft::{
-    BasicNode, Config, Instant as _, RaftMetrics, ReadPolicy, ServerState, SnapshotPolicy,
-};
+use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::{BasicNode, Config, Instant as _, RaftMetrics, ServerState, SnapshotPolicy};
 use syncline_proto::pb;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -352,7 +352,12 @@ impl Quorum {
                 "record {i} of the batch is empty"
             )));
         }
-        let write = self.inner.raft.client_write(MetadataBatch(records));
+        self.write(MetadataBatch(records), timeout).await
+    }
+
+    /// Commits `batch` and waits until it is applied here.
+    async fn write(&self, batch: MetadataBatch, timeout: Duration) -> Result<i64, ProposeError> {
+        let write = self.inner.raft.client_write(batch);
         match tokio::time::timeout(timeout, write).await {
             Err(_) => Err(timed_out(timeout)),
             Ok(Ok(response)) => Ok(response.data),
@@ -365,28 +370,25 @@ impl Quorum {
         }
     }
 
-    /// Leader only: returns once every entry committed before this call (in
-    /// particular everything earlier leaders committed) is applied to
-    /// [`image`](Self::image). A new leader calls it before deciding anything.
+    /// Leader only: returns once every entry in this leader's log before the call
+    /// is committed and applied to [`image`](Self::image) — in particular
+    /// everything earlier leaders committed, and any entry of this leader whose
+    /// proposal timed out. A leader calls it before deciding anything.
     ///
-    /// Raft's read index: the leader confirms with a majority that it still leads and
-    /// waits until its own first entry of the term is committed and everything up to
-    /// the commit index is applied here. Same errors as [`propose`](Self::propose).
+    /// It commits an empty entry: Raft commits an entry only with every entry
+    /// before it, and entries apply in order. (A read index would not do: it
+    /// waits for the commit index only, and an entry of this term that timed out
+    /// may still be uncommitted in the log, to commit after decisions taken on an
+    /// image without it.) Same errors as [`propose`](Self::propose).
     pub async fn barrier(&self, timeout: Duration) -> Result<(), ProposeError> {
-        let read = self.inner.raft.ensure_linearizable(ReadPolicy::ReadIndex);
-        match tokio::time::timeout(timeout, read).await {
-            Err(_) => Err(timed_out(timeout)),
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f)))) => {
-                Err(ProposeError::NotLeader {
-                    leader: f.leader_id.and_then(voter_id),
-                })
-            }
-            Ok(Err(RaftError::APIError(LinearizableReadError::QuorumNotEnough(_)))) => {
-                Err(timed_out(timeout))
-            }
-            Ok(Err(e)) => Err(ProposeError::Fatal(e.to_string())),
-        }
+        self.write(MetadataBatch(Vec::new()), timeout)
+            .await
+            .map(|_| ())
+    }
+
+    /// The controller epoch of this voter's applied image (no copy of the image).
+    pub fn controller_epoch(&self) -> i32 {
+        self.inner.state_machine.read().image.controller_epoch()
     }
 
     /// A copy of this voter's applied image.

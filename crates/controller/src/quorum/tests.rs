@@ -307,6 +307,49 @@ async fn without_a_majority_propose_times_out_and_works_again_after_healing() {
     cl.shutdown().await;
 }
 
+/// A leader whose proposal timed out and that takes office again in the same
+/// term decides on an image with that entry in it: the barrier commits behind
+/// everything in the leader's log, not only up to the commit index it knew.
+#[tokio::test]
+async fn the_barrier_applies_an_entry_of_the_same_term_whose_proposal_timed_out() {
+    let cl = Cluster::start(&[1, 2, 3], 1000).await;
+    let leader = cl.leader().await;
+    leader.propose(starts(1, 1), PROPOSE).await.unwrap();
+    let (leader_id, term) = (leader.status().node_id, leader.status().term);
+    let others: Vec<i32> = [1, 2, 3].into_iter().filter(|&i| i != leader_id).collect();
+    for &id in &others {
+        cl.router.set_cut(id, true);
+    }
+    // Far shorter than an election timeout (1-2 s): the leadership stays.
+    match leader
+        .propose(starts(2, 1), Duration::from_millis(200))
+        .await
+    {
+        Err(ProposeError::Timeout { .. }) => {}
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert_eq!(
+        leader.image().controller_epoch(),
+        1,
+        "applied without a majority"
+    );
+    for &id in &others {
+        cl.router.set_cut(id, false);
+    }
+    leader.barrier(PROPOSE).await.unwrap();
+    assert_eq!(
+        (leader.status().node_id, leader.status().term),
+        (leader_id, term),
+        "the test needs the same leader in the same term"
+    );
+    assert_eq!(
+        leader.image().controller_epoch(),
+        2,
+        "the barrier returned before the timed-out entry of its own term applied"
+    );
+    cl.shutdown().await;
+}
+
 #[tokio::test]
 async fn restarting_every_voter_keeps_the_image() {
     let cl = Cluster::start(&[1, 2, 3], 1000).await;
