@@ -412,9 +412,10 @@ pub async fn any_metadata(
 /// counted one) and no partition is offline (as the active controller reports).
 pub fn assert_no_unclean_or_offline(cluster: &Cluster) {
     for id in 1..=cluster.voters as i32 {
-        if let Ok(unclean) = cluster.metric(id, "syncline_unclean_leader_elections_total") {
-            assert_eq!(unclean, 0.0, "broker {id} counted unclean elections");
-        }
+        let unclean = cluster
+            .metric(id, "syncline_unclean_leader_elections_total")
+            .unwrap_or_else(|e| panic!("broker {id}'s metrics: {e}"));
+        assert_eq!(unclean, 0.0, "broker {id} counted unclean elections");
     }
     let active = cluster
         .active_controller()
@@ -775,6 +776,26 @@ pub struct Verified {
     pub duplicates: usize,
     /// Failed sends whose record is in the log anyway.
     pub failed_but_written: usize,
+}
+
+/// The end of a test under load: stops the load and the leader watch, and checks
+/// what every fault test checks: nothing acknowledged failed for good or went
+/// missing ([`verify_load`]), one leader per partition and epoch (the watch), and no
+/// unclean election or offline partition.
+pub async fn finish_and_verify(
+    cluster: &Cluster,
+    topic: &str,
+    partitions: i32,
+    min_isr: usize,
+    load: Load,
+    watch: LeaderWatch,
+) -> (Verified, LeaderHistory) {
+    let report = load.finish().await;
+    let verified = verify_load(cluster, topic, partitions, min_isr, &report).await;
+    assert_eq!(verified.failed, 0, "records failed for good: {verified:?}");
+    let history = watch.finish().await;
+    assert_no_unclean_or_offline(cluster);
+    (verified, history)
 }
 
 /// After healing: reads every partition from its leader as a consumer and checks

@@ -16,6 +16,7 @@ use syncline_e2e::faults::Faults;
 use syncline_e2e::inprocess::{self, Options, TestCluster};
 use syncline_e2e::{wait_for, Cluster};
 use syncline_proto::pb::{self, request::Body, response::Body as Resp};
+use syncline_proto::ErrorCode;
 use tokio::time::Instant;
 
 const TOPIC: &str = "quorum";
@@ -96,12 +97,12 @@ async fn killing_the_active_controller_moves_control_and_its_leaderships_without
         "broker {successor} took over from controller {victim} within {:?}",
         since.elapsed()
     );
-    assert!(
+    wait_for("the survivor counting the election", WAIT, || async {
         cluster
             .metric(other_than(victim), "syncline_controller_elections_total")
-            .unwrap()
-            > elections_before
-    );
+            .is_ok_and(|n| n > elections_before)
+    })
+    .await;
     // acks=all goes on, on every partition, with the controller's node gone.
     load.wait_progress("with the controller's node dead", 10, WAIT)
         .await;
@@ -112,11 +113,7 @@ async fn killing_the_active_controller_moves_control_and_its_leaderships_without
     wait_voters_caught_up(&cluster, successor).await;
     load.wait_progress("after the rejoin", 5, WAIT).await;
 
-    let report = load.finish().await;
-    let verified = verify_load(&cluster, TOPIC, PARTITIONS, MIN_ISR as usize, &report).await;
-    assert_eq!(verified.failed, 0, "records failed for good: {verified:?}");
-    watch.finish().await;
-    assert_no_unclean_or_offline(&cluster);
+    finish_and_verify(&cluster, TOPIC, PARTITIONS, MIN_ISR as usize, load, watch).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -148,7 +145,6 @@ async fn a_paused_controller_is_deposed_and_its_stale_epoch_is_refused() {
 
     // Back from its pause it still believes it leads, until the quorum tells it
     // otherwise: it resigns, and nothing it decided in its old epoch is applied.
-    let log_from = log_len(&cluster, zombie);
     cluster.resume(zombie);
     wait_for("the zombie to resign", WAIT, || async {
         cluster.active_controller() == Some(successor)
@@ -173,17 +169,27 @@ async fn a_paused_controller_is_deposed_and_its_stale_epoch_is_refused() {
         .await;
     }
     wait_full_isr(&cluster, successor, TOPIC, WAIT).await;
-    let report = load.finish().await;
-    let verified = verify_load(&cluster, TOPIC, PARTITIONS, MIN_ISR as usize, &report).await;
-    assert_eq!(verified.failed, 0, "records failed for good: {verified:?}");
     // I7/I8 as every broker saw it: one leader per partition and epoch.
-    watch.finish().await;
-    assert_no_unclean_or_offline(&cluster);
-    let zombie_log = log_since(&cluster, zombie, log_from);
-    assert!(
-        !zombie_log.contains("controller took office") || zombie_log.contains("resigned"),
-        "the zombie acted as controller after its pause:\n{zombie_log}"
-    );
+    finish_and_verify(&cluster, TOPIC, PARTITIONS, MIN_ISR as usize, load, watch).await;
+    // What the zombie could still send is refused: an announcement of its old
+    // epoch changes nothing on any broker.
+    for id in 1..=3 {
+        let stale = Body::LeaderAndIsr(pb::LeaderAndIsrRequest {
+            controller_id: zombie,
+            controller_epoch: old_epoch,
+            broker_epoch: registration(&cluster, id).await.unwrap().0,
+            full: true,
+            ..Default::default()
+        });
+        match cluster.request(id, stale).await.unwrap() {
+            Resp::LeaderAndIsr(r) => assert_eq!(
+                ErrorCode::from_wire(r.error_code),
+                ErrorCode::StaleControllerEpoch,
+                "broker {id} took an announcement of the deposed epoch {old_epoch}"
+            ),
+            other => panic!("broker {id} answered {other:?}"),
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -226,8 +232,9 @@ async fn without_a_majority_of_voters_metadata_changes_fail_clearly_and_the_clus
         stderr.contains("quorum") && stderr.contains("majority"),
         "the error does not name the lost quorum: {stderr}"
     );
-    // The client's request timeout (request_timeout_ms) is 30 s.
-    assert!(took < Duration::from_secs(35), "topic create took {took:?}");
+    // The broker's controller request bound is 10 s (README, "Failure model");
+    // 5 s more for process start and a loaded machine.
+    assert!(took < Duration::from_secs(15), "topic create took {took:?}");
     println!(
         "without a quorum, topic create failed in {took:?}: {}",
         stderr.trim()
@@ -292,13 +299,14 @@ async fn a_full_cluster_restart_comes_back_from_the_logs_and_snapshots() {
     for id in 1..=3 {
         epochs_before.insert(id, registration(&cluster, id).await.unwrap().0);
     }
-    assert!(
+    // Snapshots are built in the background.
+    wait_for("a metadata snapshot written", WAIT, || async {
         std::fs::read_dir(cluster.data_dir(active).join("__cluster_metadata"))
             .unwrap()
             .filter_map(|e| e.ok())
-            .any(|e| e.file_name().to_string_lossy().contains("snapshot")),
-        "no metadata snapshot was written"
-    );
+            .any(|e| e.file_name().to_string_lossy().contains("snapshot"))
+    })
+    .await;
 
     for id in 1..=3 {
         cluster.kill(id);
