@@ -123,14 +123,13 @@ impl ControllerHandle {
         if !status.is_leader {
             return not_controller(&status, "");
         }
-        let image = self.quorum.image();
         pb::response::Body::DescribeQuorum(pb::DescribeQuorumResponse {
             error_code: ErrorCode::None as i32,
             error_message: String::new(),
             leader_id: status.node_id,
             leader_epoch: status.term as i64,
             high_watermark: status.committed.map_or(0, |c| c as i64 + 1),
-            controller_epoch: image.controller_epoch(),
+            controller_epoch: self.quorum.controller_epoch(),
             voters: status
                 .voters
                 .iter()
@@ -234,12 +233,11 @@ pub(crate) async fn start(
         commit_timeout: Duration::from_millis(config.controller_quorum_commit_timeout_ms),
         session: Duration::from_millis(config.broker_session_timeout_ms),
         last_leader: None,
-        rebalance: config.auto_leader_rebalance_enable.then(|| {
-            (
-                Duration::from_secs(config.leader_imbalance_check_interval_seconds),
-                config.leader_imbalance_per_broker_percentage,
-            )
-        }),
+        rebalance: Rebalance {
+            enabled: config.auto_leader_rebalance_enable,
+            every: Duration::from_secs(config.leader_imbalance_check_interval_seconds),
+            imbalance_percentage: config.leader_imbalance_per_broker_percentage,
+        },
     };
     let task = tokio::spawn(async move {
         if let Err(e) = host.run(rx).await {
@@ -299,9 +297,18 @@ struct Host {
     session: Duration,
     /// The (term, leader) last seen, to count elections.
     last_leader: Option<(u64, i32)>,
-    /// With `auto_leader_rebalance_enable`: how often to check the leader balance,
-    /// and the imbalance share (percent) that triggers a rebalance.
-    rebalance: Option<(Duration, u32)>,
+    rebalance: Rebalance,
+}
+
+/// The automatic leader rebalance's settings.
+#[derive(Debug, Clone, Copy)]
+struct Rebalance {
+    /// `auto_leader_rebalance_enable`.
+    enabled: bool,
+    /// `leader_imbalance_check_interval_seconds`.
+    every: Duration,
+    /// `leader_imbalance_per_broker_percentage`.
+    imbalance_percentage: u32,
 }
 
 impl Host {
@@ -435,8 +442,11 @@ impl Host {
         let stalled_after = (session / 2).max(every * 3);
         let mut last_tick = Instant::now();
         // The first check comes one interval after taking office, as in Kafka.
-        let (rebalance_every, imbalance_percentage) =
-            self.rebalance.unwrap_or((Duration::from_secs(3600), 100));
+        let Rebalance {
+            enabled: rebalancing,
+            every: rebalance_every,
+            imbalance_percentage,
+        } = self.rebalance;
         let mut rebalance =
             tokio::time::interval_at(Instant::now() + rebalance_every, rebalance_every);
         rebalance.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -466,7 +476,7 @@ impl Host {
                     let r = office.controller.tick(now);
                     self.commit(&mut office.controller, r).await?;
                 }
-                _ = rebalance.tick(), if self.rebalance.is_some() => {
+                _ = rebalance.tick(), if rebalancing => {
                     let r = office.controller.rebalance_leaders(imbalance_percentage);
                     let moved = self.commit(&mut office.controller, r).await?;
                     if !moved.is_empty() {

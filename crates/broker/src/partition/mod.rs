@@ -431,12 +431,12 @@ impl Partition {
         local_broker_epoch: i64,
         now: Instant,
     ) -> Effects {
-        {
-            let mut log = self.log.write();
-            if *log.config() != config.log {
-                tracing::info!(partition = %self.tp, config = ?config.log, "log config changed");
-                log.set_config(config.log.clone());
-            }
+        // Announcements rarely change the config: compare under the read lock, so
+        // appends are not held up by a write lock for nothing.
+        let changed = *self.log.read().config() != config.log;
+        if changed {
+            tracing::info!(partition = %self.tp, config = ?config.log, "log config changed");
+            self.log.write().set_config(config.log.clone());
         }
         let mut core = self.core.lock();
         let effects = core.on_leader_and_isr(

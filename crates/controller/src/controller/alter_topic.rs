@@ -1,6 +1,6 @@
 //! `AlterTopic`: a topic's configs changed live, and partitions added.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use syncline_proto::{pb, ErrorCode};
 
@@ -61,7 +61,7 @@ impl Controller {
             .first()
             .map_or(0, |p| i32::try_from(p.replicas.len()).unwrap_or(i32::MAX));
         // Sorted, so that with several bad keys the error names the same one every time.
-        let mut overrides: std::collections::BTreeMap<&str, &str> = topic
+        let mut overrides: BTreeMap<&str, &str> = topic
             .configs
             .iter()
             .filter(|(k, _)| !deleted.contains(k.as_str()))

@@ -52,8 +52,8 @@ impl Controller {
         for (name, mut partitions) in wanted {
             partitions.sort_unstable();
             partitions.dedup();
-            if partitions.is_empty() {
-                // A topic that does not exist, named without partitions.
+            if self.image.topic(&name).is_none() {
+                // One result for the topic, whatever partitions were named.
                 topics.push(pb::ElectLeadersTopicResult {
                     name: name.clone(),
                     partitions: vec![unknown(&name, -1)],
@@ -111,7 +111,10 @@ impl Controller {
                 continue;
             }
             for tp in not_led {
-                if let Ok(next) = preferred_state(&draft, &tp) {
+                let Some(current) = draft.partition(&tp.topic, tp.partition) else {
+                    continue;
+                };
+                if let Ok(next) = preferred_state(&draft, &tp, current) {
                     draft.set_preferred(tp.clone(), next, "leader imbalance");
                     moved.push(tp);
                 }
@@ -146,7 +149,7 @@ fn elect_one(
     let Some(current) = draft.partition(topic, partition).cloned() else {
         return unknown(topic, partition);
     };
-    let (code, message, state) = match preferred_state(draft, &tp) {
+    let (code, message, state) = match preferred_state(draft, &tp, &current) {
         Ok(next) => {
             draft.set_preferred(tp, next.clone(), "preferred replica election");
             (ErrorCode::None, String::new(), next)
@@ -166,10 +169,8 @@ fn elect_one(
 fn preferred_state(
     draft: &Draft<'_>,
     tp: &TopicPartition,
+    current: &PartitionRegistration,
 ) -> Result<PartitionRegistration, (ErrorCode, String)> {
-    let Some(current) = draft.partition(&tp.topic, tp.partition) else {
-        return Err((ErrorCode::UnknownTopicOrPartition, String::new()));
-    };
     let Some(&preferred) = current.replicas.first() else {
         return Err((
             ErrorCode::PreferredLeaderNotAvailable,

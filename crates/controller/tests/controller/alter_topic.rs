@@ -139,3 +139,15 @@ fn new_partitions_need_as_many_usable_brokers_as_the_replication_factor() {
         cl.c.alter_topic(&request("t", &[("retention.ms", "5")], &[], 0));
     assert_eq!(r.response.error_code, 0, "{r:?}");
 }
+
+#[test]
+fn validate_only_answers_as_the_change_would_and_records_nothing() {
+    let cl = base();
+    let mut req = request("t", &[("min.insync.replicas", "2")], &[], 4);
+    req.validate_only = true;
+    let r = cl.c.alter_topic(&req);
+    assert_eq!(r.response.error_code, 0, "{r:?}");
+    assert_eq!(r.response.num_partitions, 4);
+    assert_eq!(r.response.configs["min.insync.replicas"], "2");
+    assert!(r.records.is_empty(), "{r:?}");
+}

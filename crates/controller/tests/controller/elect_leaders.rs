@@ -110,6 +110,7 @@ fn every_outcome_of_elect_leaders() {
         ("preferred not in the ISR",    false, &[("t", &[0])], &[("t", 0, ErrorCode::PreferredLeaderNotAvailable, 2)]),
         ("unknown partition",           true,  &[("t", &[7])], &[("t", 7, ErrorCode::UnknownTopicOrPartition, NO_LEADER)]),
         ("unknown topic",               true,  &[("nope", &[])], &[("nope", -1, ErrorCode::UnknownTopicOrPartition, NO_LEADER)]),
+        ("unknown topic, partitions named", true, &[("nope", &[0, 1])], &[("nope", -1, ErrorCode::UnknownTopicOrPartition, NO_LEADER)]),
         ("a topic: all its partitions", true,  &[("t", &[])], &[
             ("t", 0, ErrorCode::None, 1),
             ("t", 1, ErrorCode::ElectionNotNeeded, 2),
