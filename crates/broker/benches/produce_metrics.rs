@@ -104,6 +104,7 @@ fn leader_partition(dir: &std::path::Path, index: i32) -> Partition {
         isr: vec![1],
         partition_epoch: 0,
         replicas: vec![1],
+        ..Default::default()
     };
     let effects = p.apply_partition_state(&state, config, 1, Instant::now());
     assert_eq!(effects.role, RoleChange::BecameLeader);

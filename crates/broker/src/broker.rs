@@ -130,6 +130,14 @@ impl Broker {
                 });
                 self.forward(body, forwarded, responder)
             }
+            Body::AlterReassignments(r) => {
+                let forwarded = r.forwarded;
+                let body = Body::AlterReassignments(pb::AlterReassignmentsRequest {
+                    forwarded: true,
+                    ..r
+                });
+                self.forward(body, forwarded, responder)
+            }
             Body::Raft(r) => {
                 let Some(controller) = self.controller.clone() else {
                     responder.send_error(
@@ -431,6 +439,13 @@ pub async fn start_on(
     lock.try_lock().map_err(|_| {
         anyhow::anyhow!(
             "log dir {} is in use by another synclined process (is the broker already running?)",
+            config.log_dir.display()
+        )
+    })?;
+
+    crate::replica_manager::delete_leftovers(&config.log_dir).with_context(|| {
+        format!(
+            "cannot delete removed replicas' logs in {}",
             config.log_dir.display()
         )
     })?;

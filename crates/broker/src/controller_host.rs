@@ -547,6 +547,10 @@ impl Host {
                 let r = c.elect_leaders(&req);
                 Resp::ElectLeaders(self.commit(c, r).await?)
             }
+            Req::AlterReassignments(req) => {
+                let r = c.alter_reassignments(&req);
+                Resp::AlterReassignments(self.commit(c, r).await?)
+            }
             other => Resp::Error(pb::ErrorResponse {
                 error_code: ErrorCode::InvalidRequest as i32,
                 error_message: format!(

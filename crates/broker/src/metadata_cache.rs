@@ -336,6 +336,8 @@ impl MetadataCache {
                                     partition_epoch: ps.partition_epoch,
                                     replicas: ps.replicas.clone(),
                                     isr: ps.isr.clone(),
+                                    adding_replicas: ps.adding_replicas.clone(),
+                                    removing_replicas: ps.removing_replicas.clone(),
                                     ..Default::default()
                                 })
                                 .collect(),
@@ -408,6 +410,7 @@ mod tests {
             isr: vec![leader],
             partition_epoch,
             replicas: vec![1, 2, 3],
+            ..Default::default()
         }
     }
 

@@ -632,7 +632,12 @@ impl ReplicaManager {
                     .partition(&t.name, p.partition)
                     .and_then(|part| part.describe(now))
                 {
-                    *p = local;
+                    // The reassignment in progress is the controller's to say.
+                    *p = pb::PartitionDescription {
+                        adding_replicas: std::mem::take(&mut p.adding_replicas),
+                        removing_replicas: std::mem::take(&mut p.removing_replicas),
+                        ..local
+                    };
                 }
             }
         }
@@ -672,6 +677,7 @@ impl ReplicaManager {
         for ps in &applied.partitions {
             touched.push((ps.topic.clone(), ps.partition));
             if !ps.replicas.contains(&self.local_id) {
+                self.remove_replica(&ps.topic, ps.partition);
                 continue;
             }
             let config = self.topic_config(&ps.topic);
@@ -717,6 +723,9 @@ impl ReplicaManager {
                 }
             }
         }
+        if req.full {
+            self.delete_strays();
+        }
         self.metadata.notify_applied();
         pb::LeaderAndIsrResponse {
             error_code: ErrorCode::None as i32,
@@ -743,6 +752,74 @@ impl ReplicaManager {
             Ok(_) => {}
             Err(code) => {
                 tracing::warn!(partition = %partition.tp, error = %code, "truncation to the high watermark failed")
+            }
+        }
+    }
+
+    /// Drops the local replica of a partition this broker no longer hosts (moved
+    /// off by a reassignment, or deleted): it stops fetching, waiting operations
+    /// answer `NOT_LEADER_OR_FOLLOWER`, and its directory is deleted in the
+    /// background. Nothing when it is not hosted here.
+    fn remove_replica(&self, topic: &str, index: i32) {
+        let removed = {
+            let mut all = self.partitions.write();
+            let removed = all.get_mut(topic).and_then(|m| m.remove(&index));
+            if all.get(topic).is_some_and(HashMap::is_empty) {
+                all.remove(topic);
+            }
+            removed
+        };
+        let Some(partition) = removed else {
+            return;
+        };
+        let (effects, moved) = partition.remove();
+        self.execute(&partition, effects);
+        match moved {
+            Ok(doomed) => {
+                tracing::info!(partition = %partition.tp, dir = %doomed.display(), "replica removed; deleting its log");
+                delete_in_background(doomed);
+            }
+            Err(e) => {
+                tracing::error!(partition = %partition.tp, error = %e, "cannot move the log of a removed replica aside")
+            }
+        }
+    }
+
+    /// After a full sync: deletes the logs in the log dir of partitions the
+    /// metadata knows but no longer places here (moved off while this broker was
+    /// down), so they cannot come back stale if a replica is placed here again.
+    fn delete_strays(&self) {
+        let entries = match std::fs::read_dir(&self.config.log_dir) {
+            Ok(entries) => entries,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list the log dir for stray replicas");
+                return;
+            }
+        };
+        for entry in entries.flatten() {
+            let Some(tp) = entry
+                .file_name()
+                .to_str()
+                .and_then(TopicPartition::from_dir_name)
+            else {
+                continue;
+            };
+            let stray = self.partition(&tp.topic, tp.partition).is_none()
+                && self
+                    .metadata
+                    .partition_state(&tp.topic, tp.partition)
+                    .is_some_and(|ps| !ps.replicas.contains(&self.local_id));
+            if !stray {
+                continue;
+            }
+            match crate::partition::move_aside(&entry.path()) {
+                Ok(doomed) => {
+                    tracing::info!(partition = %tp, "deleting the log of a replica no longer placed here");
+                    delete_in_background(doomed);
+                }
+                Err(e) => {
+                    tracing::warn!(partition = %tp, error = %e, "cannot move a stray log aside")
+                }
             }
         }
     }
@@ -820,6 +897,34 @@ impl ReplicaManager {
     }
 }
 
+/// Deletes a removed replica's directory off the request path.
+fn delete_in_background(dir: std::path::PathBuf) {
+    tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&dir) {
+        Ok(()) => tracing::debug!(dir = %dir.display(), "deleted"),
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot delete a removed replica's log")
+        }
+    });
+}
+
+/// Deletes what removed replicas left in `log_dir` when the broker stopped before
+/// their deletion finished (directories ending in `-delete`).
+pub(crate) fn delete_leftovers(log_dir: &std::path::Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(log_dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if entry.file_type()?.is_dir()
+            && name
+                .to_str()
+                .is_some_and(|n| n.ends_with(crate::partition::DELETE_SUFFIX))
+        {
+            tracing::info!(dir = %entry.path().display(), "deleting the log of a removed replica");
+            std::fs::remove_dir_all(entry.path())?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -881,6 +986,7 @@ mod tests {
                 isr: vec![1, 2],
                 partition_epoch: 1,
                 replicas: vec![1, 2],
+                ..Default::default()
             }],
             brokers: vec![],
         });

@@ -57,6 +57,46 @@ pub(crate) enum TopicCommand {
     /// its replicas) where it is in the ISR (Kafka's kafka-leader-election
     /// --election-type PREFERRED).
     ElectLeaders(ElectLeadersArgs),
+    /// Move partitions' replicas to other brokers, or change their replication
+    /// factor (Kafka's kafka-reassign-partitions): one partition with --partition
+    /// and --replicas, many with --plan FILE (Kafka's JSON format); --cancel
+    /// undoes a reassignment in progress; --generate prints a plan that moves
+    /// the named topics onto --broker-ids. Progress: `syncline topic describe`.
+    Reassign(ReassignArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ReassignArgs {
+    /// Topic name (with --partition, or the topics to move with --generate).
+    pub(crate) name: Option<String>,
+    /// The partition to move (repeatable with --cancel).
+    #[arg(long = "partition", requires = "name")]
+    pub(crate) partitions: Vec<i32>,
+    /// The target replicas, e.g. 2,3,4 (the first is the preferred leader).
+    #[arg(long, value_delimiter = ',', num_args = 1.., conflicts_with_all = ["cancel", "generate"])]
+    pub(crate) replicas: Vec<i32>,
+    /// A reassignment plan: {"version":1,"partitions":[{"topic":"t","partition":0,
+    /// "replicas":[2,3,4]},...]} (the output of --generate, or Kafka's).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["name", "generate"])]
+    pub(crate) plan: Option<std::path::PathBuf>,
+    /// Cancel the reassignment in progress of the named partitions (or of the
+    /// plan's) and go back to the original replicas.
+    #[arg(long)]
+    pub(crate) cancel: bool,
+    /// Print a plan moving every partition of the named topics (TOPIC and
+    /// --topic) onto --broker-ids, keeping the replicas already there; changes
+    /// nothing. Save it and run it with --plan.
+    #[arg(long, requires = "broker_ids")]
+    pub(crate) generate: bool,
+    /// More topics for --generate (repeatable).
+    #[arg(long = "topic", requires = "generate")]
+    pub(crate) topics: Vec<String>,
+    /// The brokers --generate may place replicas on, e.g. 2,3,4.
+    #[arg(long, value_delimiter = ',', num_args = 1.., requires = "generate")]
+    pub(crate) broker_ids: Vec<i32>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -12,6 +12,7 @@ mod metrics;
 mod output;
 mod perf;
 mod produce;
+mod reassign;
 mod topic;
 mod wait_ready;
 

@@ -50,7 +50,7 @@ impl Table {
     }
 }
 
-fn ids(ids: &[i32]) -> String {
+pub(crate) fn ids(ids: &[i32]) -> String {
     if ids.is_empty() {
         "-".into()
     } else {
@@ -112,6 +112,14 @@ pub(crate) fn topic_table(t: &TopicDescription) -> String {
                 "partition {}: leader {} did not answer; its view is missing",
                 p.partition,
                 opt(p.leader)
+            ));
+        }
+        if !p.adding_replicas.is_empty() || !p.removing_replicas.is_empty() {
+            notes.push(format!(
+                "partition {}: reassigning: adding [{}], removing [{}]",
+                p.partition,
+                ids(&p.adding_replicas),
+                ids(&p.removing_replicas)
             ));
         }
         if let Some(v) = view.filter(|v| !v.pending_isr.is_empty()) {
@@ -176,6 +184,8 @@ pub(crate) fn topic_json(t: &TopicDescription) -> Value {
                 "partition_epoch": p.partition_epoch,
                 "replicas": p.replicas,
                 "isr": p.isr,
+                "adding_replicas": p.adding_replicas,
+                "removing_replicas": p.removing_replicas,
                 "from_leader": view.is_some(),
                 "high_watermark": view.map(|v| v.high_watermark),
                 "log_end_offset": view.map(|v| v.log_end_offset),
@@ -398,6 +408,8 @@ mod tests {
                     partition_epoch: 7,
                     replicas: vec![1, 2, 3],
                     isr: vec![1, 2],
+                    adding_replicas: vec![],
+                    removing_replicas: vec![],
                     leader_view: Some(LeaderView {
                         high_watermark: 120,
                         log_end_offset: 125,
@@ -416,8 +428,10 @@ mod tests {
                     leader: None,
                     leader_epoch: 4,
                     partition_epoch: 9,
-                    replicas: vec![2, 3, 1],
+                    replicas: vec![2, 3, 4, 1],
                     isr: vec![2],
+                    adding_replicas: vec![4],
+                    removing_replicas: vec![1],
                     leader_view: None,
                 },
             ],
@@ -432,8 +446,9 @@ Topic: events  PartitionCount: 2  ReplicationFactor: 3  Configs: min.insync.repl
 
 PARTITION  LEADER  LEADER_EPOCH  REPLICAS  ISR  HIGH_WATERMARK  LOG_END_OFFSET
 0          1       3             1,2,3     1,2  120             125
-1          none    4             2,3,1     2    -               -
+1          none    4             2,3,4,1   2    -               -
 partition 1: offline (no leader)
+partition 1: reassigning: adding [4], removing [1]
 
 Leader's view of each replica:
 PARTITION  REPLICA  LOG_END_OFFSET  LAG  LAST_CAUGHT_UP_MS_AGO  IN_ISR
@@ -454,6 +469,9 @@ PARTITION  REPLICA  LOG_END_OFFSET  LAG  LAST_CAUGHT_UP_MS_AGO  IN_ISR
         assert_eq!(p0["leader_epoch"], 3);
         assert_eq!(p0["replicas"], json!([1, 2, 3]));
         assert_eq!(p0["isr"], json!([1, 2]));
+        assert_eq!(p0["adding_replicas"], json!([]));
+        assert_eq!(v["partitions"][1]["adding_replicas"], json!([4]));
+        assert_eq!(v["partitions"][1]["removing_replicas"], json!([1]));
         assert_eq!(p0["high_watermark"], 120);
         assert_eq!(p0["log_end_offset"], 125);
         assert_eq!(

@@ -1,4 +1,4 @@
-//! `syncline topic create | list | describe | alter | elect-leaders`.
+//! `syncline topic create | list | describe | alter | elect-leaders | reassign`.
 
 use std::collections::BTreeMap;
 
@@ -18,6 +18,7 @@ pub(crate) async fn run(command: TopicCommand, bootstrap: &str) -> Result<()> {
         TopicCommand::Describe(args) => describe(args, bootstrap).await,
         TopicCommand::Alter(args) => alter(args, bootstrap).await,
         TopicCommand::ElectLeaders(args) => elect_leaders(args, bootstrap).await,
+        TopicCommand::Reassign(args) => crate::reassign::run(args, bootstrap).await,
     }
 }
 

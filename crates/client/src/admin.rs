@@ -110,6 +110,10 @@ pub struct PartitionDescription {
     pub replicas: Vec<i32>,
     /// In-sync replicas.
     pub isr: Vec<i32>,
+    /// A reassignment in progress: the replicas joining (empty when none).
+    pub adding_replicas: Vec<i32>,
+    /// A reassignment in progress: the replicas leaving (empty when none).
+    pub removing_replicas: Vec<i32>,
     /// The leader's own view; `None` if the leader could not be asked.
     pub leader_view: Option<LeaderView>,
 }
@@ -582,6 +586,108 @@ impl Admin {
     }
 }
 
+/// One partition to move: to `replicas`, or (`None`) back from the reassignment
+/// in progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reassignment {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: i32,
+    /// The target replicas, the first the preferred leader; `None` cancels.
+    pub replicas: Option<Vec<i32>>,
+}
+
+/// The outcome of a reassignment request for one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReassignmentResult {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: i32,
+    /// `None`: started (or done, or nothing to move). Otherwise Kafka's error:
+    /// `InvalidReplicaAssignment`, `ReassignmentInProgress`,
+    /// `NoReassignmentInProgress` or `UnknownTopicOrPartition`.
+    pub error: Option<ErrorCode>,
+    /// Why, for an error.
+    pub message: String,
+    /// The partition's replicas after the request.
+    pub replicas: Vec<i32>,
+    /// Joining replicas of the reassignment in progress after the request.
+    pub adding_replicas: Vec<i32>,
+    /// Leaving replicas of the reassignment in progress after the request.
+    pub removing_replicas: Vec<i32>,
+}
+
+impl Admin {
+    /// Starts or cancels replica reassignments (Kafka's
+    /// AlterPartitionReassignments, KIP-455): the new replicas join and catch up,
+    /// and once every target replica is in the ISR the leaving ones go (a leader
+    /// among them hands over first). Any broker answers (it asks the active
+    /// controller); one result per partition, in topic and partition order.
+    /// Progress shows in [`describe_topic`](Self::describe_topic)
+    /// (`adding_replicas`, `removing_replicas`).
+    pub async fn reassign_partitions(
+        &self,
+        reassignments: &[Reassignment],
+    ) -> Result<Vec<ReassignmentResult>, ClientError> {
+        let mut topics: BTreeMap<&str, Vec<pb::ReassignPartition>> = BTreeMap::new();
+        for r in reassignments {
+            topics
+                .entry(&r.topic)
+                .or_default()
+                .push(pb::ReassignPartition {
+                    partition: r.partition,
+                    replicas: r.replicas.clone().unwrap_or_default(),
+                    cancel: r.replicas.is_none(),
+                });
+        }
+        let request = pb::AlterReassignmentsRequest {
+            topics: topics
+                .into_iter()
+                .map(|(name, partitions)| pb::ReassignTopic {
+                    name: name.to_owned(),
+                    partitions,
+                })
+                .collect(),
+            forwarded: false,
+        };
+        let body = self
+            .cluster
+            .send_any(pb::request::Body::AlterReassignments(request))
+            .await?;
+        let r = expect_body!(body, AlterReassignments)?;
+        let code = ErrorCode::from_wire(r.error_code);
+        if code != ErrorCode::None {
+            return Err(ClientError::Protocol {
+                code,
+                message: r.error_message,
+            });
+        }
+        let mut results: Vec<ReassignmentResult> = r
+            .topics
+            .into_iter()
+            .flat_map(|t| {
+                let topic = t.name;
+                t.partitions.into_iter().map(move |p| ReassignmentResult {
+                    topic: topic.clone(),
+                    partition: p.partition,
+                    error: match ErrorCode::from_wire(p.error_code) {
+                        ErrorCode::None => None,
+                        code => Some(code),
+                    },
+                    message: p.error_message,
+                    replicas: p.replicas,
+                    adding_replicas: p.adding_replicas,
+                    removing_replicas: p.removing_replicas,
+                })
+            })
+            .collect();
+        results.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        Ok(results)
+    }
+}
+
 fn create_result(answer: &pb::CreatableTopicResult) -> Result<CreatedTopic, ClientError> {
     let code = ErrorCode::from_wire(answer.error_code);
     if code != ErrorCode::None {
@@ -671,6 +777,8 @@ fn partition_description(p: &pb::PartitionDescription) -> PartitionDescription {
         partition_epoch: p.partition_epoch,
         replicas: p.replicas.clone(),
         isr: p.isr.clone(),
+        adding_replicas: p.adding_replicas.clone(),
+        removing_replicas: p.removing_replicas.clone(),
         leader_view: leader_view(p),
     }
 }

@@ -85,7 +85,7 @@ mod testing;
 pub use admin::{
     Admin, AlteredTopic, BrokerDescription, BrokerLoad, ClusterDescription, CreatedTopic,
     ElectionResult, LeaderView, NewTopic, PartitionDescription, QuorumDescription, QuorumVoter,
-    ReplicaStatus, TopicAlteration, TopicDescription,
+    Reassignment, ReassignmentResult, ReplicaStatus, TopicAlteration, TopicDescription,
 };
 pub use config::{Acks, AutoOffsetReset, ClientConfig, ConsumerConfig, ProducerConfig};
 pub use connection::Connection;

@@ -5,6 +5,7 @@ mod alter_partition;
 mod alter_topic;
 mod brokers;
 mod elect_leaders;
+mod reassign;
 mod topics;
 
 pub use topics::{MAX_PARTITIONS_PER_REQUEST, MAX_TOPIC_NAME_LEN};

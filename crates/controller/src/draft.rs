@@ -106,6 +106,63 @@ impl<'a> Draft<'a> {
         self.set_partition(tp, next);
     }
 
+    /// `current` with its replicas narrowed to `replicas` (a subset, in the order
+    /// wanted) and no reassignment: the ISR narrowed to them, and a leader outside
+    /// them handing over to the first of them in the ISR that may lead (a new
+    /// leader epoch). `None` when none of them is in the ISR and may lead.
+    pub(crate) fn with_replicas(
+        &self,
+        current: &PartitionRegistration,
+        replicas: Vec<i32>,
+    ) -> Option<PartitionRegistration> {
+        let isr: Vec<i32> = replicas
+            .iter()
+            .copied()
+            .filter(|r| current.isr.contains(r))
+            .collect();
+        let leader = if isr.contains(&current.leader) {
+            current.leader
+        } else {
+            *isr.iter().find(|&&r| self.is_usable(r))?
+        };
+        Some(PartitionRegistration {
+            leader_epoch: if leader == current.leader {
+                current.leader_epoch
+            } else {
+                current.leader_epoch.saturating_add(1)
+            },
+            partition_epoch: current.partition_epoch.saturating_add(1),
+            leader,
+            isr,
+            replicas,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
+        })
+    }
+
+    /// Completes the reassignment of `tp` if every target replica is in the ISR
+    /// (see `controller::reassign`): the leaving replicas go, and a leader among
+    /// them hands over to a target replica. Nothing changes while one is missing,
+    /// or when no target replica may lead.
+    pub(crate) fn complete_reassignment(&mut self, tp: &TopicPartition) {
+        let Some(current) = self.partition(&tp.topic, tp.partition) else {
+            return;
+        };
+        let target = current.target_replicas();
+        if !current.is_reassigning() || !target.iter().all(|r| current.isr.contains(r)) {
+            return;
+        }
+        let Some(next) = self.with_replicas(current, target) else {
+            return;
+        };
+        tracing::info!(
+            topic = %tp.topic, partition = tp.partition, removed = ?current.removing_replicas,
+            replicas = ?next.replicas, old_leader = current.leader, leader = next.leader,
+            leader_epoch = next.leader_epoch, "reassignment completed"
+        );
+        self.set_partition(tp.clone(), next);
+    }
+
     /// The partitions (in the state so far) that satisfy `pred`.
     fn partitions_where(
         &self,

@@ -59,5 +59,7 @@ pub(crate) fn next_state(
         leader,
         leader_epoch,
         partition_epoch: current.partition_epoch.saturating_add(1),
+        adding_replicas: current.adding_replicas.clone(),
+        removing_replicas: current.removing_replicas.clone(),
     })
 }

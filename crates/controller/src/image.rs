@@ -65,12 +65,42 @@ pub struct PartitionRegistration {
     pub leader_epoch: i32,
     /// Bumped by every change.
     pub partition_epoch: i32,
+    /// A reassignment in progress (KIP-455): the replicas joining. `replicas` is then
+    /// the target followed by the leaving replicas.
+    pub adding_replicas: Vec<i32>,
+    /// The replicas leaving once every target replica is in the ISR.
+    pub removing_replicas: Vec<i32>,
 }
 
 impl PartitionRegistration {
     /// Whether the partition has a leader.
     pub fn is_online(&self) -> bool {
         self.leader != NO_LEADER
+    }
+
+    /// A reassignment is in progress.
+    pub fn is_reassigning(&self) -> bool {
+        !self.adding_replicas.is_empty() || !self.removing_replicas.is_empty()
+    }
+
+    /// Where a reassignment in progress goes (the replicas without the leaving
+    /// ones), or the replicas when none is.
+    pub fn target_replicas(&self) -> Vec<i32> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|r| !self.removing_replicas.contains(r))
+            .collect()
+    }
+
+    /// Where cancelling a reassignment in progress goes back to (the replicas
+    /// without the joining ones), or the replicas when none is.
+    pub fn original_replicas(&self) -> Vec<i32> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|r| !self.adding_replicas.contains(r))
+            .collect()
     }
 
     /// The partition as `LeaderAndIsr` announces it.
@@ -83,6 +113,8 @@ impl PartitionRegistration {
             isr: self.isr.clone(),
             partition_epoch: self.partition_epoch,
             replicas: self.replicas.clone(),
+            adding_replicas: self.adding_replicas.clone(),
+            removing_replicas: self.removing_replicas.clone(),
         }
     }
 
@@ -109,6 +141,23 @@ impl PartitionRegistration {
         }
         if self.leader_epoch < 0 || self.partition_epoch < 0 {
             return Some("negative epoch");
+        }
+        let within = |ids: &[i32]| ids.iter().all(|r| self.replicas.contains(r));
+        if has_duplicates(&self.adding_replicas) || has_duplicates(&self.removing_replicas) {
+            return Some("duplicate adding or removing replicas");
+        }
+        if !within(&self.adding_replicas) || !within(&self.removing_replicas) {
+            return Some("adding or removing replicas are not within the replicas");
+        }
+        if self
+            .adding_replicas
+            .iter()
+            .any(|r| self.removing_replicas.contains(r))
+        {
+            return Some("a replica is both adding and removing");
+        }
+        if self.is_reassigning() && self.target_replicas().is_empty() {
+            return Some("a reassignment with no target replica");
         }
         None
     }
@@ -366,6 +415,8 @@ impl MetadataImage {
             leader: r.leader,
             leader_epoch: r.leader_epoch,
             partition_epoch: r.partition_epoch,
+            adding_replicas: r.adding_replicas.clone(),
+            removing_replicas: r.removing_replicas.clone(),
         };
         if let Some(reason) = next.shape_error() {
             return Err(invalid(reason));
@@ -388,10 +439,6 @@ impl MetadataImage {
             topic.partitions.push(next);
             return Ok(());
         };
-        // Reassignment does not exist: a partition keeps the replicas it was created with.
-        if next.replicas != current.replicas {
-            return Err(invalid("replicas changed"));
-        }
         if next.partition_epoch <= current.partition_epoch {
             return Err(invalid("partition epoch did not increase"));
         }
@@ -478,6 +525,8 @@ impl MetadataImage {
                             leader: p.leader,
                             leader_epoch: p.leader_epoch,
                             partition_epoch: p.partition_epoch,
+                            adding_replicas: p.adding_replicas.clone(),
+                            removing_replicas: p.removing_replicas.clone(),
                         })
                         .collect(),
                 })
@@ -551,6 +600,8 @@ impl MetadataImage {
                         leader: p.leader,
                         leader_epoch: p.leader_epoch,
                         partition_epoch: p.partition_epoch,
+                        adding_replicas: p.adding_replicas.clone(),
+                        removing_replicas: p.removing_replicas.clone(),
                     })
                     .collect(),
             };

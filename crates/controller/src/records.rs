@@ -65,6 +65,8 @@ pub(crate) fn partition_record(
         leader: p.leader,
         leader_epoch: p.leader_epoch,
         partition_epoch: p.partition_epoch,
+        adding_replicas: p.adding_replicas.clone(),
+        removing_replicas: p.removing_replicas.clone(),
     }))
 }
 

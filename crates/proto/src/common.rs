@@ -27,6 +27,16 @@ impl TopicPartition {
     pub fn dir_name(&self) -> String {
         self.to_string()
     }
+
+    /// The partition a directory name names (the inverse of
+    /// [`dir_name`](Self::dir_name)); `None` for any other name.
+    pub fn from_dir_name(name: &str) -> Option<TopicPartition> {
+        let (topic, partition) = name.rsplit_once('-')?;
+        if topic.is_empty() || !partition.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        Some(TopicPartition::new(topic, partition.parse().ok()?))
+    }
 }
 
 impl fmt::Display for TopicPartition {
@@ -91,6 +101,26 @@ pub fn wall_clock_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn directory_names_read_back_as_their_partition_and_nothing_else_does() {
+        for (topic, p) in [("t", 0), ("my-topic", 12), ("a.b_c-d", 7), ("t-", 1)] {
+            let tp = TopicPartition::new(topic, p);
+            assert_eq!(TopicPartition::from_dir_name(&tp.dir_name()), Some(tp));
+        }
+        for name in [
+            "t",
+            "-1",
+            "t-",
+            "t-x",
+            "t-+1",
+            "t-1.abc-delete",
+            "__cluster_metadata",
+            "t-99999999999",
+        ] {
+            assert_eq!(TopicPartition::from_dir_name(name), None, "{name}");
+        }
+    }
 
     #[test]
     fn backoff_starts_at_initial_and_doubles_up_to_max() {

@@ -120,11 +120,12 @@ pub fn api_name(body: &pb::request::Body) -> &'static str {
         Body::DescribeQuorum(_) => "DescribeQuorum",
         Body::ElectLeaders(_) => "ElectLeaders",
         Body::AlterTopic(_) => "AlterTopic",
+        Body::AlterReassignments(_) => "AlterReassignments",
     }
 }
 
 /// Every API name, in key order (for pre-registering metrics).
-pub const API_NAMES: [&str; 16] = [
+pub const API_NAMES: [&str; 17] = [
     "Produce",
     "Fetch",
     "ListOffsets",
@@ -141,4 +142,5 @@ pub const API_NAMES: [&str; 16] = [
     "DescribeQuorum",
     "ElectLeaders",
     "AlterTopic",
+    "AlterReassignments",
 ];

@@ -85,6 +85,9 @@ pub enum RoleChange {
     BecameFollower,
     /// No leader: the partition is offline.
     BecameOffline,
+    /// This broker is no longer a replica (a reassignment moved it off, or the
+    /// topic was deleted): it serves nothing and its copy goes.
+    Removed,
 }
 
 /// Whom to wake in the purgatories, weakest first (merging keeps the strongest).
@@ -583,7 +586,7 @@ impl PartitionCore {
         };
         match result {
             Ok(c) if c.leader_epoch == epoch => {
-                let effects = self.commit_isr(c.isr.clone(), c.partition_epoch);
+                let effects = self.commit_isr(None, c.isr.clone(), c.partition_epoch);
                 if effects.is_some() {
                     self.isr = c.isr;
                     self.partition_epoch = c.partition_epoch;
@@ -603,7 +606,14 @@ impl PartitionCore {
 
     /// Applies a committed ISR to the leader state. None when it is not newer than
     /// what the leader has.
-    fn commit_isr(&mut self, isr: Vec<i32>, partition_epoch: i32) -> Option<Effects> {
+    /// Applies a committed ISR (and, from a LeaderAndIsr, the replica set it comes
+    /// with) to this leader.
+    fn commit_isr(
+        &mut self,
+        replicas: Option<Vec<i32>>,
+        isr: Vec<i32>,
+        partition_epoch: i32,
+    ) -> Option<Effects> {
         let leo = self.log_end_offset;
         let leader = self.leader_mut()?;
         if partition_epoch <= leader.partition_epoch() {
@@ -616,7 +626,12 @@ impl PartitionCore {
             .pending()
             .filter(|p| same_members(&p.isr, &isr))
             .map(|p| (p.change, isr.clone()));
-        let advanced = leader.on_isr_committed(isr, partition_epoch, leo);
+        let advanced = match replicas {
+            Some(replicas) if replicas != leader.replicas() => {
+                leader.on_replicas_committed(replicas, isr, partition_epoch, leo)
+            }
+            _ => leader.on_isr_committed(isr, partition_epoch, leo),
+        };
         let hw = leader.high_watermark();
         let mut effects = Effects {
             isr_committed: committed,
@@ -673,7 +688,7 @@ impl PartitionCore {
         let mut effects = if a.leader == Some(self.local_id) {
             if same_epoch && was_leader {
                 let mut effects = self
-                    .commit_isr(a.isr.clone(), a.partition_epoch)
+                    .commit_isr(Some(a.replicas.clone()), a.isr.clone(), a.partition_epoch)
                     .unwrap_or_default();
                 effects.role = RoleChange::Updated;
                 effects
@@ -744,6 +759,22 @@ impl PartitionCore {
             fetcher: Some(FetcherChange::Stop),
             ..Effects::default()
         }
+    }
+
+    /// This broker is no longer one of the partition's replicas: it leads and
+    /// follows nothing from now on, stops fetching, and every waiting operation
+    /// wakes to find it so (and answers `NOT_LEADER_OR_FOLLOWER`).
+    pub fn on_removed(&mut self) -> Effects {
+        let high_watermark = self.high_watermark();
+        self.role = Role::NotLeader { high_watermark };
+        self.leader = None;
+        self.replicas.retain(|&r| r != self.local_id);
+        Effects {
+            role: RoleChange::Removed,
+            fetcher: Some(FetcherChange::Stop),
+            ..Effects::default()
+        }
+        .wake(Wake::FetchesAndProduces)
     }
 
     /// Adopts a topic config: a new lag time re-paces the shrink check at the next
@@ -888,6 +919,7 @@ impl PartitionCore {
             log_start_offset,
             replica_statuses: statuses,
             pending_isr: l.pending().map(|p| p.isr.clone()).unwrap_or_default(),
+            ..Default::default()
         })
     }
 
@@ -1163,6 +1195,63 @@ mod tests {
         assert_eq!(
             l.on_follower_fetch(now, &fetch(9, 10, 10, 5)),
             Effects::default()
+        );
+    }
+
+    #[test]
+    fn a_joining_replica_is_a_follower_that_enters_the_isr_only_once_caught_up() {
+        // A reassignment adds broker 4 in the same leader epoch, then (once 4 is
+        // in the ISR) removes broker 3: the leader follows both without a new epoch.
+        let now = Instant::now();
+        let mut l = leader(&[1, 2, 3], 10, 10, 2, now);
+        let joined = Announcement {
+            replicas: vec![1, 2, 4, 3],
+            ..announce(Some(1), 5, 11, &[1, 2, 3])
+        };
+        let e = l.on_leader_and_isr(&joined, config(2), BROKER_EPOCH, now);
+        assert_eq!((e.role, e.start_epoch), (RoleChange::Updated, None));
+        let _ = l.on_leader_append(20);
+        // Behind: fetches are served but no expansion is proposed.
+        assert_eq!(l.check_follower_read(4, Some(5)), Ok(10));
+        let behind = l.on_follower_fetch(now, &fetch(4, 5, 20, 5));
+        assert_eq!(behind.alter_partition, None);
+        // Caught up: proposed into the ISR.
+        let e = l.on_follower_fetch(now, &fetch(4, 20, 20, 5));
+        let proposal = e.alter_partition.expect("an expansion");
+        assert_eq!(proposal.new_isr, vec![1, 2, 3, 4]);
+        // The completion: replicas and ISR without 3.
+        let done = Announcement {
+            replicas: vec![1, 2, 4],
+            ..announce(Some(1), 5, 13, &[1, 2, 4])
+        };
+        let e = l.on_leader_and_isr(&done, config(2), BROKER_EPOCH, now);
+        assert_eq!(e.role, RoleChange::Updated);
+        assert_eq!(
+            l.check_follower_read(3, Some(5)),
+            Err(ErrorCode::NotLeaderOrFollower),
+            "a replica that left is not served"
+        );
+        // The high watermark now rests on 2 and 4 only.
+        let _ = l.on_follower_fetch(now, &fetch(2, 20, 20, 5));
+        let e = l.on_follower_fetch(now, &fetch(4, 20, 20, 5));
+        assert_eq!(l.high_watermark(), 20, "{e:?}");
+    }
+
+    #[test]
+    fn a_removed_replica_stops_fetching_and_serves_nothing() {
+        let now = Instant::now();
+        let mut f = follower(10, 10, now);
+        let e = f.on_removed();
+        assert_eq!(e.role, RoleChange::Removed);
+        assert_eq!(e.fetcher, Some(FetcherChange::Stop));
+        assert_eq!(e.wake, Wake::FetchesAndProduces);
+        assert!(!f.replicas().contains(&1));
+        let mut l = leader(&[1, 2], 10, 10, 1, now);
+        let _ = l.on_removed();
+        assert!(!l.is_leader());
+        assert_eq!(
+            l.check_follower_read(2, Some(5)),
+            Err(ErrorCode::NotLeaderOrFollower)
         );
     }
 

@@ -442,6 +442,37 @@ impl LeaderState {
         advanced
     }
 
+    /// The controller committed a new replica set in this leader epoch (a
+    /// reassignment, KIP-455) with `isr`: joining replicas become followers not
+    /// heard from and never caught up (so each joins the ISR only once it has
+    /// caught up); leaving ones are forgotten. An older partition epoch changes
+    /// nothing. Returns whether the high watermark advanced.
+    pub fn on_replicas_committed(
+        &mut self,
+        replicas: Vec<i32>,
+        isr: Vec<i32>,
+        partition_epoch: i32,
+        leader_leo: i64,
+    ) -> bool {
+        if partition_epoch <= self.partition_epoch {
+            return false;
+        }
+        self.followers.retain(|f| replicas.contains(&f.broker_id));
+        for &r in &replicas {
+            if r != self.local_id && self.follower(r).is_none() {
+                self.followers.push(FollowerState {
+                    broker_id: r,
+                    broker_epoch: None,
+                    log_end_offset: None,
+                    last_caught_up: None,
+                    last_fetch: None,
+                });
+            }
+        }
+        self.replicas = replicas;
+        self.on_isr_committed(isr, partition_epoch, leader_leo)
+    }
+
     /// The proposal failed; the leader proposes again after a pause, so a refused
     /// change (e.g. a replica the controller deems ineligible) is not re-sent on
     /// every fetch.

@@ -40,6 +40,22 @@ use crate::topic_config::TopicConfig;
 pub use leader_state::FollowerFetch;
 use leader_state::IsrChangeKind;
 
+/// The suffix of a removed replica's directory, deleted in the background (and at
+/// the next start if the broker stopped first).
+pub const DELETE_SUFFIX: &str = "-delete";
+
+/// Moves a partition directory aside for deletion, to
+/// `<topic>-<partition>.<random>-delete`; returns where it went.
+pub fn move_aside(dir: &Path) -> std::io::Result<std::path::PathBuf> {
+    let name = dir.file_name().unwrap_or_default().to_string_lossy();
+    let doomed = dir.with_file_name(format!(
+        "{name}.{:016x}{DELETE_SUFFIX}",
+        rand::random::<u64>()
+    ));
+    std::fs::rename(dir, &doomed)?;
+    Ok(doomed)
+}
+
 /// Records read for a fetch.
 #[derive(Debug, Clone)]
 pub struct ReadResult {
@@ -458,9 +474,24 @@ impl Partition {
             RoleChange::BecameOffline => {
                 tracing::info!(partition = %self.tp, leader_epoch = ps.leader_epoch, "partition offline")
             }
-            RoleChange::Updated | RoleChange::None => {}
+            RoleChange::Updated | RoleChange::None | RoleChange::Removed => {}
         }
         self.execute(effects)
+    }
+
+    /// This broker is no longer a replica (see [`PartitionCore::on_removed`]): it
+    /// stops serving, its log is closed and its directory moved aside to
+    /// `<topic>-<partition>.<random>-delete` (Kafka's name), for the caller to delete
+    /// in the background. Returns the effects and where the directory went.
+    pub fn remove(&self) -> (Effects, std::io::Result<std::path::PathBuf>) {
+        let mut core = self.core.lock();
+        let effects = core.on_removed();
+        let effects = self.execute(effects);
+        let mut log = self.log.write();
+        if let Err(e) = log.close() {
+            tracing::warn!(partition = %self.tp, error = %e, "closing the log of a removed replica failed");
+        }
+        (effects, move_aside(log.dir()))
     }
 
     // --- follower ---

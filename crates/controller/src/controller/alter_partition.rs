@@ -101,7 +101,11 @@ fn alter_one(
             partition_epoch: current.partition_epoch.saturating_add(1),
             ..current
         };
-        draft.set_partition(TopicPartition::new(topic, p.partition), next.clone());
+        let tp = TopicPartition::new(topic, p.partition);
+        draft.set_partition(tp.clone(), next.clone());
+        // The answer is this change; completing a reassignment it allows is the
+        // next record, announced by LeaderAndIsr.
+        draft.complete_reassignment(&tp);
         next
     };
     pb::AlterPartitionPartitionResponse {

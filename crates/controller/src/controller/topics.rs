@@ -225,6 +225,8 @@ pub(super) fn new_partition_records(
             replicas,
             leader_epoch: 0,
             partition_epoch: 0,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
         };
         records::partition_record(&TopicPartition::new(topic, index), &initial)
     })

@@ -7,30 +7,9 @@ use crate::support::{state, Cluster};
 /// The leader of `topic-partition` puts every replica back into its ISR (an
 /// AlterPartition it sends once they caught up).
 fn expand_isr(cl: &mut Cluster, topic: &str, partition: i32) {
-    let p = cl.partition(topic, partition);
-    let req = pb::AlterPartitionRequest {
-        broker_id: p.leader,
-        broker_epoch: cl.epoch(p.leader),
-        topics: vec![pb::AlterPartitionTopic {
-            name: topic.to_owned(),
-            partitions: vec![pb::AlterPartitionPartition {
-                partition,
-                leader_epoch: p.leader_epoch,
-                new_isr_with_epochs: p
-                    .replicas
-                    .iter()
-                    .map(|&id| pb::BrokerState {
-                        broker_id: id,
-                        broker_epoch: cl.epoch(id),
-                    })
-                    .collect(),
-                partition_epoch: p.partition_epoch,
-            }],
-        }],
-    };
-    let r = cl.c.alter_partition(&req);
-    let resp = cl.commit(r);
-    assert_eq!(resp.topics[0].partitions[0].error_code, 0, "{resp:?}");
+    let replicas = cl.partition(topic, partition).replicas;
+    let resp = cl.propose_isr(topic, partition, &replicas);
+    assert_eq!(resp.error_code, 0, "{resp:?}");
 }
 
 /// Brokers 1-3; t has 3 partitions (t-0 prefers 1). Broker 1 was fenced and came

@@ -41,7 +41,20 @@ fn partition(
         leader,
         leader_epoch: le,
         partition_epoch: pe,
+        adding_replicas: Vec::new(),
+        removing_replicas: Vec::new(),
     })
+}
+
+/// t-0 moving from [1, 2, 3]: replicas, adding, removing; ISR [1, 2], leader 1,
+/// epochs 2/6.
+fn reassigning(replicas: &[i32], adding: &[i32], removing: &[i32]) -> Record {
+    let Record::Partition(mut r) = partition("t", 0, replicas, &[1, 2], 1, 2, 6) else {
+        unreachable!()
+    };
+    r.adding_replicas = adding.to_vec();
+    r.removing_replicas = removing.to_vec();
+    Record::Partition(r)
 }
 
 /// Controller epoch 1; brokers 1-4 registered at offsets 1-4, 1-3 unfenced (offsets
@@ -234,9 +247,29 @@ fn apply_refuses_records_that_would_break_the_image() {
             bad_partition(1, "leader is a fenced broker"),
         ),
         (
-            "replicas changed",
-            Some(partition("t", 0, &[1, 2], &[1, 2], 1, 2, 6)),
-            bad_partition(0, "replicas changed"),
+            "adding outside the replicas",
+            Some(reassigning(&[1, 2, 3], &[4], &[3])),
+            bad_partition(0, "adding or removing replicas are not within the replicas"),
+        ),
+        (
+            "removing outside the replicas",
+            Some(reassigning(&[1, 2, 4], &[4], &[3])),
+            bad_partition(0, "adding or removing replicas are not within the replicas"),
+        ),
+        (
+            "adding and removing",
+            Some(reassigning(&[2, 3, 4, 1], &[4], &[4, 1])),
+            bad_partition(0, "a replica is both adding and removing"),
+        ),
+        (
+            "duplicate adding",
+            Some(reassigning(&[2, 3, 4, 1], &[4, 4], &[1])),
+            bad_partition(0, "duplicate adding or removing replicas"),
+        ),
+        (
+            "nothing left",
+            Some(reassigning(&[1, 2], &[], &[1, 2])),
+            bad_partition(0, "a reassignment with no target replica"),
         ),
         (
             "partition epoch kept",
@@ -350,6 +383,8 @@ fn from_snapshot_refuses_what_no_log_produces() {
                     leader: -1,
                     leader_epoch: 0,
                     partition_epoch: 0,
+                    adding_replicas: vec![],
+                    removing_replicas: vec![],
                 }],
             }];
         }),

@@ -8,5 +8,6 @@ mod elect_leaders;
 mod elections;
 mod image;
 mod metadata_log;
+mod reassign;
 mod replay;
 mod support;

@@ -25,6 +25,8 @@ fn partition(partition: i32) -> pb::MetadataRecord {
             leader: 1,
             leader_epoch: 4,
             partition_epoch: 9,
+            adding_replicas: vec![],
+            removing_replicas: vec![],
         })),
     }
 }

@@ -207,6 +207,39 @@ impl Cluster {
             .clone()
     }
 
+    /// The leader of `topic-partition` proposes the ISR `members` (AlterPartition,
+    /// with the epochs it has), committed; the partition's answer.
+    pub(crate) fn propose_isr(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        members: &[i32],
+    ) -> pb::AlterPartitionPartitionResponse {
+        let p = self.partition(topic, partition);
+        let req = pb::AlterPartitionRequest {
+            broker_id: p.leader,
+            broker_epoch: self.epoch(p.leader),
+            topics: vec![pb::AlterPartitionTopic {
+                name: topic.to_owned(),
+                partitions: vec![pb::AlterPartitionPartition {
+                    partition,
+                    leader_epoch: p.leader_epoch,
+                    new_isr_with_epochs: members
+                        .iter()
+                        .map(|&id| pb::BrokerState {
+                            broker_id: id,
+                            broker_epoch: self.epoch(id),
+                        })
+                        .collect(),
+                    partition_epoch: p.partition_epoch,
+                }],
+            }],
+        };
+        let r = self.c.alter_partition(&req);
+        let mut resp = self.commit(r);
+        resp.topics.remove(0).partitions.remove(0)
+    }
+
     /// Replays the whole log into a fresh image.
     pub(crate) fn replayed(&self) -> MetadataImage {
         let mut image = MetadataImage::new();
@@ -231,5 +264,7 @@ pub(crate) fn state(
         leader,
         leader_epoch,
         partition_epoch,
+        adding_replicas: Vec::new(),
+        removing_replicas: Vec::new(),
     }
 }

@@ -1,0 +1,240 @@
+//! Replica reassignment with real processes (`syncline topic reassign`), on four
+//! brokers under `acks=all` load with nothing acknowledged lost: the leader moved
+//! off, the replication factor raised and lowered, a reassignment cancelled
+//! halfway, and one whose new replica is down until it restarts.
+
+use serde_json::Value;
+use syncline_e2e::checks::*;
+use syncline_e2e::{wait_for, Cluster};
+use syncline_proto::pb;
+
+const PARTITIONS: i32 = 1;
+const MIN_ISR: i32 = 2;
+
+/// Four brokers (three controller voters), `topic` with one partition on three of
+/// them (RF 3, min ISR 2) under load; returns its replicas and the fourth broker.
+async fn four_brokers(topic: &str) -> (Cluster, Load, LeaderWatch, Vec<i32>, i32) {
+    let cluster = Cluster::start_quorum(4, 3, FAST_TIMERS).await;
+    create_topic(&cluster, topic, PARTITIONS, 3, MIN_ISR);
+    let full = wait_full_isr(&cluster, 1, topic, WAIT).await;
+    let replicas = full[0].replicas.clone();
+    let spare = (1..=4).find(|id| !replicas.contains(id)).unwrap();
+    let watch = LeaderWatch::start(&cluster, topic);
+    let load = Load::start(&cluster, topic, PARTITIONS);
+    load.wait_progress("warm-up", 5, WAIT).await;
+    (cluster, load, watch, replicas, spare)
+}
+
+/// `syncline topic reassign ARGS --json` through broker `via`: its results.
+fn reassign(cluster: &Cluster, via: i32, args: &[&str]) -> Vec<Value> {
+    let mut all = vec!["topic", "reassign"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let out = cluster.cli_via(via, &all, None);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "syncline {all:?} failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(&stdout).expect("JSON");
+    v.as_array().expect("an array").clone()
+}
+
+/// `syncline topic reassign ARGS` must fail; its whole output.
+fn reassign_fails(cluster: &Cluster, via: i32, args: &[&str]) -> String {
+    let mut all = vec!["topic", "reassign"];
+    all.extend_from_slice(args);
+    let out = cluster.cli_via(via, &all, None);
+    assert!(!out.status.success(), "syncline {all:?} succeeded");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn csv(ids: &[i32]) -> String {
+    ids.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// Partition 0 as broker `via` describes it.
+async fn partition(cluster: &Cluster, via: i32, topic: &str) -> Option<pb::PartitionDescription> {
+    describe_topic(cluster, via, topic)
+        .await
+        .ok()?
+        .partitions
+        .into_iter()
+        .find(|p| p.partition == 0)
+}
+
+/// Waits until partition 0 has exactly `replicas` (in order), all in the ISR, no
+/// reassignment in progress and a leader among them, as `via` sees it.
+async fn wait_reassigned(cluster: &Cluster, via: i32, topic: &str, replicas: &[i32]) {
+    wait_for(
+        &format!("{topic}-0 reassigned to {replicas:?}"),
+        WAIT,
+        || async {
+            partition(cluster, via, topic).await.is_some_and(|p| {
+                p.replicas == replicas
+                    && sorted(&p.isr) == sorted(replicas)
+                    && p.adding_replicas.is_empty()
+                    && p.removing_replicas.is_empty()
+                    && replicas.contains(&p.leader_id)
+            })
+        },
+    )
+    .await;
+}
+
+/// Waits until broker `id` holds no copy of `topic`-0, not even one being deleted.
+async fn wait_copy_deleted(cluster: &Cluster, id: i32, topic: &str) {
+    let dir = cluster.data_dir(id);
+    let name = format!("{topic}-0");
+    wait_for(&format!("broker {id} deleted {name}"), WAIT, || async {
+        std::fs::read_dir(&dir).is_ok_and(|entries| {
+            !entries
+                .flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with(&name))
+        })
+    })
+    .await;
+}
+
+fn isr_expands(cluster: &Cluster) -> f64 {
+    (1..=4)
+        .map(|id| {
+            cluster
+                .metric(id, "syncline_isr_expands_total")
+                .unwrap_or(0.0)
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moving_a_partition_off_its_leader_keeps_every_acknowledged_record() {
+    let topic = "moved";
+    let (cluster, load, watch, r, spare) = four_brokers(topic).await;
+    let target = [r[1], r[2], spare];
+    let expands_before = isr_expands(&cluster);
+    // Through a broker that stays a replica throughout.
+    let via = r[1];
+    let results = reassign(
+        &cluster,
+        via,
+        &[topic, "--partition", "0", "--replicas", &csv(&target)],
+    );
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert_eq!(results[0]["error"], Value::Null, "{results:?}");
+    // Started: the leaving leader is still a replica until the target is in sync.
+    let started: Vec<i64> = results[0]["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    assert!(
+        started == [r[1], r[2], spare, r[0]].map(i64::from) || started == target.map(i64::from),
+        "{results:?}"
+    );
+
+    wait_reassigned(&cluster, via, topic, &target).await;
+    wait_copy_deleted(&cluster, r[0], topic).await;
+    assert!(
+        isr_expands(&cluster) > expands_before,
+        "the new replica joined the ISR through an expansion"
+    );
+    load.wait_progress("after the move", 5, WAIT).await;
+    finish_and_verify(&cluster, topic, PARTITIONS, MIN_ISR as usize, load, watch).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replication_factor_up_and_down_cancel_and_a_new_replica_down_until_it_restarts() {
+    let topic = "resized";
+    let (mut cluster, load, watch, r, spare) = four_brokers(topic).await;
+    let via = r[0];
+
+    // RF 3 -> 4 and back.
+    let four = [r[0], r[1], r[2], spare];
+    reassign(
+        &cluster,
+        via,
+        &[topic, "--partition", "0", "--replicas", &csv(&four)],
+    );
+    wait_reassigned(&cluster, via, topic, &four).await;
+    let back = reassign(
+        &cluster,
+        via,
+        &[topic, "--partition", "0", "--replicas", &csv(&r)],
+    );
+    assert_eq!(
+        back[0]["result"], "done",
+        "the target was in sync: {back:?}"
+    );
+    wait_reassigned(&cluster, via, topic, &r).await;
+    wait_copy_deleted(&cluster, spare, topic).await;
+
+    // The new replica is down: the reassignment waits for it, and can be cancelled.
+    cluster.kill(spare);
+    let target = [r[0], r[1], spare];
+    let started = reassign(
+        &cluster,
+        via,
+        &[topic, "--partition", "0", "--replicas", &csv(&target)],
+    );
+    assert_eq!(started[0]["result"], "in progress", "{started:?}");
+    assert_eq!(started[0]["adding_replicas"], serde_json::json!([spare]));
+    assert_eq!(started[0]["removing_replicas"], serde_json::json!([r[2]]));
+    let described = partition(&cluster, via, topic).await.unwrap();
+    assert_eq!(described.adding_replicas, vec![spare]);
+    assert_eq!(described.removing_replicas, vec![r[2]]);
+    // Clear refusals meanwhile.
+    let out = reassign_fails(
+        &cluster,
+        via,
+        &[
+            topic,
+            "--partition",
+            "0",
+            "--replicas",
+            &csv(&[r[0], r[2], spare]),
+        ],
+    );
+    assert!(
+        out.contains("REASSIGNMENT_IN_PROGRESS") && out.contains("cancel"),
+        "{out}"
+    );
+    let out = reassign_fails(
+        &cluster,
+        via,
+        &[topic, "--partition", "0", "--replicas", "1,2,9"],
+    );
+    assert!(out.contains("broker 9 is not registered"), "{out}");
+    let out = reassign_fails(
+        &cluster,
+        via,
+        &[topic, "--partition", "0", "--replicas", "1,1,2"],
+    );
+    assert!(out.contains("appears twice"), "{out}");
+
+    let cancelled = reassign(&cluster, via, &[topic, "--partition", "0", "--cancel"]);
+    assert_eq!(cancelled[0]["result"], "done", "{cancelled:?}");
+    wait_reassigned(&cluster, via, topic, &r).await;
+    let out = reassign_fails(&cluster, via, &[topic, "--partition", "0", "--cancel"]);
+    assert!(out.contains("NO_REASSIGNMENT_IN_PROGRESS"), "{out}");
+
+    // Again, and this time the new replica comes back: it catches up and the
+    // reassignment completes on its own.
+    reassign(
+        &cluster,
+        via,
+        &[topic, "--partition", "0", "--replicas", &csv(&target)],
+    );
+    load.wait_progress("while the new replica is down", 5, WAIT)
+        .await;
+    cluster.restart(spare);
+    wait_reassigned(&cluster, via, topic, &target).await;
+    wait_copy_deleted(&cluster, r[2], topic).await;
+    load.wait_progress("after the reassignment", 5, WAIT).await;
+    finish_and_verify(&cluster, topic, PARTITIONS, MIN_ISR as usize, load, watch).await;
+}
