@@ -7,7 +7,8 @@
 #
 # The story: acks=all rests on the ISR; a paused follower leaves the ISR while
 # acks=all goes on; below min.insync.replicas acks=all is refused; resumed
-# followers rejoin; a killed leader is replaced by an ISR member with a higher
+# followers rejoin; a partition's replicas move, a new replica joining the ISR
+# once caught up; a killed leader is replaced by an ISR member with a higher
 # leader epoch, and every acknowledged record is still there.
 #
 # It builds the release binaries first if needed (cargo build --release --bins),
@@ -357,7 +358,23 @@ ok "syncline_isr_expands_total on broker 1: ${EXPANDS0%.*} -> $EXPANDS1"
 stop_ticker
 run "syncline topic describe orders"
 
-chapter "6. Kill a leader: a new leader from the ISR, with a higher leader epoch"
+chapter "6. Move replicas: a new replica catches up and joins the ISR before anything leaves"
+say "syncline topic reassign moves a partition's replicas (Kafka's kafka-reassign-partitions). \
+First orders-0 goes down to replicas 1,2: that target is in the ISR already, so it completes \
+at once and broker 3 deletes its copy."
+run "syncline topic reassign orders --partition 0 --replicas 1,2"
+wait_partition orders 0 "orders-0: replicas 1,2, ISR 1,2" replicas=1,2 isr=1,2
+EXPANDS2=$(metric "127.0.0.1:${METRICS_PORTS[1]}" syncline_isr_expands_total)
+say "Now back to 1,2,3: broker 3 is a new replica with an empty log. It fetches from the \
+leader like any follower, the leader takes it into the ISR once it has caught up, and only \
+then is the reassignment complete (describe shows ADDING meanwhile)."
+run "syncline topic reassign orders --partition 0 --replicas 1,2,3"
+wait_partition orders 0 "broker 3 caught up and joined the ISR: replicas 1,2,3, ISR 1,2,3" replicas=1,2,3 isr=1,2,3
+EXPANDS3=$(wait_metric_above "${METRICS_PORTS[1]}" syncline_isr_expands_total "${EXPANDS2%.*}")
+ok "syncline_isr_expands_total on broker 1: ${EXPANDS2%.*} -> $EXPANDS3"
+run "syncline topic describe orders"
+
+chapter "7. Kill a leader: a new leader from the ISR, with a higher leader epoch"
 say "A second topic; its partitions' leaders are spread over the brokers. We kill \
 the leader of one led by broker 2 or 3 (never broker 1, the controller's host)."
 run "syncline topic create payments --partitions 3 --replication-factor 3 --config min.insync.replicas=2 --config replica.lag.time.max.ms=$TOPIC_LAG_TIME_MAX_MS"
@@ -400,7 +417,7 @@ run "syncline cluster describe"
 run "syncline topic describe payments"
 ok "payments-$FAIL_P: leader $OLD_LEADER -> $NEW_LEADER (a member of the ISR $OLD_ISR), leader epoch $OLD_EPOCH -> $NEW_EPOCH"
 
-chapter "7. Every acknowledged record is still there"
+chapter "8. Every acknowledged record is still there"
 say "$(wc -l <"$ACKED_FILE") records were acknowledged with acks=all. Read both topics from the beginning:"
 run "syncline consume orders --from-beginning --timeout-ms 2000 | grep -v '^tick-' > $DEMO_DIR/orders.txt; cat $DEMO_DIR/orders.txt"
 run "syncline consume payments --partition $FAIL_P --from-beginning --timeout-ms 2000 > $DEMO_DIR/payments.txt; wc -l < $DEMO_DIR/payments.txt"

@@ -594,6 +594,9 @@ impl Host {
             .preferred_replica_imbalance_count
             .set(image.preferred_replica_imbalance_count() as i64);
         self.metrics
+            .reassigning_partitions
+            .set(image.reassigning_partitions_count() as i64);
+        self.metrics
             .set_unclean_elections_total(image.unclean_elections_total());
         self.metrics
             .set_broker_counts(image.brokers().count(), image.fenced_brokers_count());
@@ -702,6 +705,7 @@ impl Host {
         }
         self.metrics.offline_partitions_count.set(0);
         self.metrics.preferred_replica_imbalance_count.set(0);
+        self.metrics.reassigning_partitions.set(0);
         self.metrics.set_broker_counts(0, 0);
     }
 }

@@ -69,6 +69,7 @@ pub struct BrokerMetrics {
     pub(crate) partition_count: Gauge,
     pub(crate) offline_partitions_count: Gauge,
     pub(crate) preferred_replica_imbalance_count: Gauge,
+    pub(crate) reassigning_partitions: Gauge,
     fenced_broker_count: Gauge,
     active_broker_count: Gauge,
     unclean_leader_elections: Counter,
@@ -154,6 +155,11 @@ impl BrokerMetrics {
             &mut registry,
             "preferred_replica_imbalance_count",
             "Partitions not led by their preferred replica (reported by the active controller)",
+        );
+        let reassigning_partitions = gauge(
+            &mut registry,
+            "reassigning_partitions",
+            "Partitions with a replica reassignment in progress (reported by the active controller)",
         );
         let fenced_broker_count = gauge(
             &mut registry,
@@ -269,6 +275,7 @@ impl BrokerMetrics {
             partition_count,
             offline_partitions_count,
             preferred_replica_imbalance_count,
+            reassigning_partitions,
             fenced_broker_count,
             active_broker_count,
             unclean_leader_elections,

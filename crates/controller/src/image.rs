@@ -716,6 +716,13 @@ impl MetadataImage {
             .count()
     }
 
+    /// Partitions with a reassignment in progress (Kafka's ReassigningPartitions).
+    pub fn reassigning_partitions_count(&self) -> usize {
+        self.partitions()
+            .filter(|(_, p)| p.is_reassigning())
+            .count()
+    }
+
     /// Registered brokers that are fenced.
     pub fn fenced_brokers_count(&self) -> usize {
         self.brokers.values().filter(|b| b.fenced).count()

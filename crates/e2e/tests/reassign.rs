@@ -188,6 +188,13 @@ async fn replication_factor_up_and_down_cancel_and_a_new_replica_down_until_it_r
     let described = partition(&cluster, via, topic).await.unwrap();
     assert_eq!(described.adding_replicas, vec![spare]);
     assert_eq!(described.removing_replicas, vec![r[2]]);
+    let controller = cluster.wait_active_controller(&[spare], WAIT).await;
+    wait_for("the controller counts one reassignment", WAIT, || async {
+        cluster
+            .metric(controller, "syncline_reassigning_partitions")
+            .is_ok_and(|v| v == 1.0)
+    })
+    .await;
     // Clear refusals meanwhile.
     let out = reassign_fails(
         &cluster,
@@ -235,6 +242,13 @@ async fn replication_factor_up_and_down_cancel_and_a_new_replica_down_until_it_r
     cluster.restart(spare);
     wait_reassigned(&cluster, via, topic, &target).await;
     wait_copy_deleted(&cluster, r[2], topic).await;
+    let controller = cluster.wait_active_controller(&[], WAIT).await;
+    assert_eq!(
+        cluster
+            .metric(controller, "syncline_reassigning_partitions")
+            .ok(),
+        Some(0.0)
+    );
     load.wait_progress("after the reassignment", 5, WAIT).await;
     finish_and_verify(&cluster, topic, PARTITIONS, MIN_ISR as usize, load, watch).await;
 }
