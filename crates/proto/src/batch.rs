@@ -171,6 +171,15 @@ pub fn validate(batch: &[u8]) -> Result<BatchHeader, BatchError> {
             "last_offset_delta does not match the record count",
         ));
     }
+    // `next_offset` (what a consumer computes for every batch) must not overflow
+    // (found by fuzzing: a batch stamped at i64::MAX passed).
+    if header
+        .base_offset
+        .checked_add(i64::from(header.records_count))
+        .is_none()
+    {
+        return Err(BatchError::BadRecords("offsets overflow"));
+    }
     let mut rest = &batch[HEADER_LEN..];
     for expected_delta in 0..header.records_count {
         let record = RecordView::parse(&mut rest)?;
@@ -446,10 +455,22 @@ impl<'a> Iterator for Records<'a> {
             return None;
         }
         self.remaining -= 1;
-        match RecordView::parse(&mut self.rest) {
-            Ok(view) => Some(Ok(Record {
-                offset: self.header.base_offset + i64::from(view.offset_delta),
-                timestamp: self.header.base_timestamp + view.timestamp_delta,
+        let parsed = RecordView::parse(&mut self.rest).and_then(|view| {
+            // Unvalidated bytes may hold any delta (found by fuzzing).
+            self.header
+                .base_offset
+                .checked_add(i64::from(view.offset_delta))
+                .map(|offset| (offset, view))
+                .ok_or(BatchError::BadRecords("record offset overflows"))
+        });
+        match parsed {
+            Ok((offset, view)) => Some(Ok(Record {
+                offset,
+                // Two's complement, as Kafka reads it (and the builder writes it).
+                timestamp: self
+                    .header
+                    .base_timestamp
+                    .wrapping_add(view.timestamp_delta),
                 view,
             })),
             Err(e) => {
@@ -545,7 +566,9 @@ impl BatchBuilder {
         value: Option<&[u8]>,
         headers: &[(&[u8], Option<&[u8]>)],
     ) {
-        let delta = timestamp - self.base_timestamp;
+        // Two's complement, as Kafka's producer computes it: `records` adds it back
+        // the same way, so any two timestamps round-trip (found by fuzzing).
+        let delta = timestamp.wrapping_sub(self.base_timestamp);
         self.max_timestamp = self.max_timestamp.max(timestamp);
         let body = Self::body_len(self.count, delta, key, value, headers);
         let out = &mut self.buf;
@@ -727,6 +750,71 @@ mod tests {
             Some(Err(BatchError::Truncated { .. }))
         ));
         assert!(matches!(validate(cut), Err(BatchError::Truncated { .. })));
+    }
+
+    fn unhex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// Found by fuzzing (fuzz target batch_builder): a batch stamped at
+    /// `i64::MAX` passed validation, and the consumer's `next_offset()` on it
+    /// overflowed.
+    #[test]
+    fn fuzz_regression_offsets_overflowing_i64_are_refused() {
+        let bytes = unhex(
+            "7fffffffffffffff0000003fffff7f2b02d21105a8000000000000ffff2bff00\
+             00003a004fffffff00004fffffffffffffffffffffffffffff000000011a00aa\
+             8080f09f80ea5000010000",
+        );
+        assert!(verify_crc(&bytes).is_ok());
+        assert_eq!(
+            validate(&bytes),
+            Err(BatchError::BadRecords("offsets overflow"))
+        );
+        // One offset lower, the last offset is i64::MAX and the batch is fine.
+        let mut lower = bytes.clone();
+        stamp(&mut lower, i64::MAX - 1, 0);
+        assert_eq!(validate(&lower).unwrap().next_offset(), i64::MAX);
+    }
+
+    /// Found by fuzzing (fuzz target record_batch): `records` on unvalidated
+    /// bytes (base offset `i64::MIN`, an offset delta of -32) overflowed
+    /// computing the record's offset.
+    #[test]
+    fn fuzz_regression_record_offset_overflow_is_an_error() {
+        let bytes = unhex(
+            "80000000000000000000004a0000000002d1f1cab80000000000000000018bcf\
+             e568000000018bcfe56800ffffffffffffffffffffffffffff00000001300000\
+             3f066b65790a76616c75650402680276086e02000001",
+        );
+        assert!(validate(&bytes).is_err());
+        let got: Vec<_> = records(&bytes).unwrap().collect();
+        assert_eq!(
+            got,
+            vec![Err(BatchError::BadRecords("record offset overflows"))]
+        );
+    }
+
+    /// Found by fuzzing (fuzz target batch_builder): timestamps whose difference
+    /// does not fit in an i64 overflowed computing the delta (builder) and adding
+    /// it back (`records`); both wrap, as in Kafka, so every timestamp round-trips.
+    #[test]
+    fn fuzz_regression_timestamps_far_from_the_base_round_trip() {
+        for (base, ts) in [
+            (-7566047635990044222, 3026136667162411007),
+            (i64::MIN, i64::MAX),
+            (i64::MAX, i64::MIN),
+        ] {
+            let mut b = BatchBuilder::new(base);
+            b.push(ts, None, None, &[]);
+            let batch = b.finish();
+            assert_eq!(validate(&batch).unwrap().max_timestamp, base.max(ts));
+            let r = records(&batch).unwrap().next().unwrap().unwrap();
+            assert_eq!(r.timestamp, ts);
+        }
     }
 
     #[test]

@@ -1,0 +1,237 @@
+//! Writes the seed corpora of the fuzz targets into `fuzz/seeds/<target>/`: a few
+//! well-formed inputs of each kind, so that a short run starts past the framing.
+//! The output is checked in (a few KiB); rerun after a wire format change:
+//!
+//!     cargo +nightly run --manifest-path fuzz/Cargo.toml --example seeds
+//!
+//! (`batch_builder` and `log_recovery` take structured input and start from nothing.)
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use syncline_proto::batch::{self, BatchBuilder};
+use syncline_proto::frame::encode;
+use syncline_proto::pb::{self, request::Body};
+
+fn batch(n: usize, with_headers: bool) -> Bytes {
+    let mut b = BatchBuilder::new(1_700_000_000_000);
+    for i in 0..n {
+        let headers: &[(&[u8], Option<&[u8]>)] = if with_headers {
+            &[(b"h", Some(b"v")), (b"null", None)]
+        } else {
+            &[]
+        };
+        let key = (i % 2 == 0).then_some(&b"key"[..]);
+        b.push(1_700_000_000_000 + i as i64, key, Some(b"value"), headers);
+    }
+    b.finish()
+}
+
+fn stamped(n: usize, base: i64, epoch: i32) -> Vec<u8> {
+    let mut b = batch(n, true).to_vec();
+    batch::stamp(&mut b, base, epoch);
+    b
+}
+
+fn request(body: Body) -> pb::Request {
+    pb::Request {
+        correlation_id: 1,
+        api_version: 0,
+        client_id: "seed".into(),
+        body: Some(body),
+    }
+}
+
+fn requests() -> Vec<pb::Request> {
+    let mut records = batch(2, true).to_vec();
+    records.extend_from_slice(&batch(1, false));
+    let produce = pb::ProduceRequest {
+        acks: -1,
+        timeout_ms: 1000,
+        topics: vec![pb::ProduceTopic {
+            name: "t".into(),
+            partitions: vec![pb::ProducePartition {
+                partition: 0,
+                current_leader_epoch: Some(0),
+                records: records.into(),
+            }],
+        }],
+    };
+    let fetch = pb::FetchRequest {
+        replica_id: -1,
+        max_wait_ms: 100,
+        topics: vec![pb::FetchTopic {
+            topic: "t".into(),
+            partitions: vec![pb::FetchPartition {
+                partition: 0,
+                fetch_offset: 0,
+                current_leader_epoch: Some(0),
+                ..Default::default()
+            }],
+        }],
+        ..Default::default()
+    };
+    vec![
+        request(Body::Produce(produce)),
+        request(Body::Fetch(fetch)),
+        request(Body::Metadata(Default::default())),
+        request(Body::ListOffsets(Default::default())),
+        request(Body::DescribeCluster(Default::default())),
+    ]
+    .into_iter()
+    .chain(controller_requests())
+    .collect()
+}
+
+/// Requests the controller decides, against the fuzz target's cluster (brokers 1
+/// to 3 of "fuzz-cluster", epochs 2, 4 and 6 after the start record at 0).
+fn controller_requests() -> Vec<pb::Request> {
+    let create = pb::CreateTopicsRequest {
+        topics: vec![
+            pb::CreatableTopic {
+                name: "a".into(),
+                num_partitions: 3,
+                replication_factor: 3,
+                configs: [("min.insync.replicas".to_string(), "2".to_string())].into(),
+            },
+            pb::CreatableTopic {
+                name: "b".into(),
+                num_partitions: -1,
+                replication_factor: -1,
+                configs: Default::default(),
+            },
+        ],
+        timeout_ms: 1000,
+        validate_only: false,
+        forwarded: false,
+    };
+    let alter_partition = pb::AlterPartitionRequest {
+        broker_id: 1,
+        broker_epoch: 2,
+        topics: vec![pb::AlterPartitionTopic {
+            name: "a".into(),
+            partitions: vec![pb::AlterPartitionPartition {
+                partition: 0,
+                leader_epoch: 0,
+                new_isr_with_epochs: vec![pb::BrokerState {
+                    broker_id: 1,
+                    broker_epoch: 2,
+                }],
+                partition_epoch: 0,
+            }],
+        }],
+    };
+    let alter_topic = pb::AlterTopicRequest {
+        name: "a".into(),
+        set_configs: [("retention.ms".to_string(), "1000".to_string())].into(),
+        delete_configs: vec!["min.insync.replicas".into()],
+        partitions: 5,
+        validate_only: false,
+        forwarded: false,
+    };
+    let heartbeat = pb::BrokerHeartbeatRequest {
+        broker_id: 2,
+        broker_epoch: 4,
+        current_metadata_offset: 100,
+        want_fence: false,
+        want_shutdown: true,
+    };
+    let register = pb::BrokerRegistrationRequest {
+        broker_id: 4,
+        cluster_id: "fuzz-cluster".into(),
+        incarnation_id: vec![4; 16].into(),
+        endpoint: Some(pb::BrokerEndpoint {
+            node_id: 4,
+            host: "localhost".into(),
+            port: 9094,
+            rack: "r0".into(),
+        }),
+        metrics_address: String::new(),
+        listeners: vec![],
+    };
+    vec![
+        request(Body::CreateTopics(create)),
+        request(Body::AlterPartition(alter_partition)),
+        request(Body::AlterTopic(alter_topic)),
+        request(Body::ElectLeaders(Default::default())),
+        request(Body::BrokerHeartbeat(heartbeat)),
+        request(Body::BrokerRegistration(register)),
+    ]
+}
+
+fn fetch_response() -> pb::Response {
+    let mut records = stamped(2, 5, 1);
+    records.extend_from_slice(&stamped(1, 7, 1));
+    records.extend_from_slice(&stamped(3, 8, 2)[..40]); // torn last batch
+    pb::Response {
+        correlation_id: 1,
+        body: Some(pb::response::Body::Fetch(pb::FetchResponse {
+            responses: vec![pb::FetchableTopicResponse {
+                topic: "t".into(),
+                partitions: vec![pb::PartitionData {
+                    partition: 0,
+                    high_watermark: 8,
+                    records: records.into(),
+                    ..Default::default()
+                }],
+            }],
+            ..Default::default()
+        })),
+    }
+}
+
+fn framed(bodies: &[Bytes]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for b in bodies {
+        out.extend_from_slice(&(b.len() as u32).to_be_bytes());
+        out.extend_from_slice(b);
+    }
+    out
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) {
+    fs::create_dir_all(dir).unwrap();
+    fs::write(dir.join(name), bytes).unwrap();
+}
+
+fn main() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("seeds");
+    let reqs: Vec<Bytes> = requests().iter().map(encode).collect();
+    let resp = encode(&fetch_response());
+
+    let dir = root.join("request");
+    for (i, r) in reqs.iter().enumerate() {
+        write(&dir, &format!("request-{i:02}"), r);
+    }
+    write(&dir, "fetch-response", &resp);
+
+    let dir = root.join("frame");
+    // [max frame size pick][read size][stream]
+    let mut stream = vec![7u8, 5];
+    stream.extend(framed(&reqs[..3]));
+    write(&dir, "three-requests", &stream);
+    let mut oversized = vec![4u8, 64];
+    oversized.extend(framed(&[reqs[2].clone(), reqs[0].clone()]));
+    write(&dir, "oversized-second", &oversized);
+
+    let dir = root.join("record_batch");
+    let mut one = vec![0u8];
+    one.extend(stamped(3, 0, 0));
+    write(&dir, "one-batch", &one);
+    let mut many = vec![8u8];
+    many.extend(stamped(1, 0, 0));
+    many.extend(stamped(2, 1, 0));
+    many.extend(&stamped(2, 3, 0)[..70]);
+    write(&dir, "batches-torn-tail", &many);
+
+    let dir = root.join("controller");
+    let mut steps = Vec::new();
+    for (i, r) in reqs[5..].iter().enumerate() {
+        steps.push(if i == 4 { 50 } else { 1 });
+        steps.extend_from_slice(&(r.len() as u16).to_be_bytes());
+        steps.extend_from_slice(r);
+    }
+    write(&dir, "decisions", &steps);
+    println!("seeds written under {}", root.display());
+}
