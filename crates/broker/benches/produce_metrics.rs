@@ -91,6 +91,7 @@ fn leader_partition(dir: &std::path::Path, index: i32) -> Partition {
     let p = Partition::open(
         dir,
         TopicPartition::new("bench", index),
+        0,
         1,
         config.clone(),
         listener,

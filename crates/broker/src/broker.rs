@@ -130,6 +130,14 @@ impl Broker {
                 });
                 self.forward(body, forwarded, responder)
             }
+            Body::DeleteTopics(r) => {
+                let forwarded = r.forwarded;
+                let body = Body::DeleteTopics(pb::DeleteTopicsRequest {
+                    forwarded: true,
+                    ..r
+                });
+                self.forward(body, forwarded, responder)
+            }
             Body::AlterReassignments(r) => {
                 let forwarded = r.forwarded;
                 let body = Body::AlterReassignments(pb::AlterReassignmentsRequest {

@@ -32,8 +32,9 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use syncline_client::Connection;
 use syncline_controller::{
-    changed_brokers, changed_partitions, changed_topic_configs, Controller, ControllerConfig,
-    ControllerResult, ProposeError, Quorum, QuorumConfig, QuorumStatus, QuorumTransport,
+    changed_brokers, changed_partitions, changed_topic_configs, deleted_topics, Controller,
+    ControllerConfig, ControllerResult, ProposeError, Quorum, QuorumConfig, QuorumStatus,
+    QuorumTransport,
 };
 use syncline_proto::{pb, ErrorCode};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
@@ -547,6 +548,10 @@ impl Host {
                 let r = c.elect_leaders(&req);
                 Resp::ElectLeaders(self.commit(c, r).await?)
             }
+            Req::DeleteTopics(req) => {
+                let r = c.delete_topics(&req);
+                Resp::DeleteTopics(self.commit(c, r).await?)
+            }
             Req::AlterReassignments(req) => {
                 let r = c.alter_reassignments(&req);
                 Resp::AlterReassignments(self.commit(c, r).await?)
@@ -607,6 +612,7 @@ impl Host {
         let partitions = changed_partitions(records);
         let brokers_changed = changed_brokers(records);
         let configs_changed = changed_topic_configs(records);
+        let deleted = deleted_topics(records);
         let topics: BTreeSet<&str> = partitions
             .iter()
             .map(|tp| &*tp.topic)
@@ -638,7 +644,11 @@ impl Host {
         for id in &registered {
             self.ensure_sender(c, *id, true);
         }
-        if states.is_empty() && broker_infos.is_empty() && topic_states.is_empty() {
+        if states.is_empty()
+            && broker_infos.is_empty()
+            && topic_states.is_empty()
+            && deleted.is_empty()
+        {
             return;
         }
         for (id, sender) in &self.senders {
@@ -657,6 +667,7 @@ impl Host {
                 topics: topic_states.clone(),
                 partition_states: states.clone(),
                 brokers: broker_infos.clone(),
+                deleted_topics: deleted.clone(),
             });
         }
     }
@@ -749,6 +760,7 @@ fn full_request(c: &Controller, broker_id: i32) -> pb::LeaderAndIsrRequest {
         topics: image.topic_states(),
         partition_states: image.partition_states(),
         brokers: image.broker_infos(),
+        deleted_topics: Vec::new(),
     }
 }
 

@@ -10,6 +10,8 @@ use tokio::sync::Notify;
 
 #[derive(Debug, Default)]
 struct TopicImage {
+    /// The controller's topic id (0: not announced yet).
+    topic_id: i64,
     configs: HashMap<String, String>,
     partitions: BTreeMap<i32, pb::PartitionState>,
 }
@@ -43,6 +45,9 @@ pub(crate) struct AppliedMetadata {
     pub partitions: Vec<pb::PartitionState>,
     /// Topics whose configs changed.
     pub changed_configs: Vec<String>,
+    /// Topics gone, with the topic id they had (0 when unknown): deleted, or (in a
+    /// full sync) missing from the image or there under another topic id.
+    pub deleted: Vec<(String, i64)>,
 }
 
 impl MetadataCache {
@@ -146,8 +151,35 @@ impl MetadataCache {
                 }
             }
         }
+        for d in &req.deleted_topics {
+            let same = image
+                .topics
+                .get(&d.name)
+                .is_some_and(|t| t.topic_id == d.topic_id || t.topic_id == 0);
+            if same {
+                image.topics.remove(&d.name);
+            }
+            applied.deleted.push((d.name.clone(), d.topic_id));
+        }
+        if req.full {
+            let announced: HashMap<&str, i64> = req
+                .topics
+                .iter()
+                .map(|t| (t.name.as_str(), t.topic_id))
+                .collect();
+            image.topics.retain(|name, t| {
+                let keep = announced
+                    .get(name.as_str())
+                    .is_some_and(|&id| id == t.topic_id || id == 0 || t.topic_id == 0);
+                if !keep {
+                    applied.deleted.push((name.clone(), t.topic_id));
+                }
+                keep
+            });
+        }
         for t in &req.topics {
             let topic = image.topics.entry(t.name.clone()).or_default();
+            Self::adopt_topic_id(topic, t.topic_id);
             if topic.configs != t.configs {
                 topic.configs = t.configs.clone();
                 applied.changed_configs.push(t.name.clone());
@@ -155,6 +187,7 @@ impl MetadataCache {
         }
         for ps in &req.partition_states {
             let topic = image.topics.entry(ps.topic.clone()).or_default();
+            Self::adopt_topic_id(topic, ps.topic_id);
             let newer = match topic.partitions.get(&ps.partition) {
                 None => true,
                 Some(old) => {
@@ -172,6 +205,22 @@ impl MetadataCache {
             }
         }
         applied
+    }
+
+    /// A topic announced under another id than the cached one is a new topic of
+    /// the same name (the old one was deleted): its partitions start over.
+    fn adopt_topic_id(topic: &mut TopicImage, topic_id: i64) {
+        if topic_id != 0 && topic.topic_id != topic_id {
+            if topic.topic_id != 0 {
+                topic.partitions.clear();
+            }
+            topic.topic_id = topic_id;
+        }
+    }
+
+    /// A topic's id, if the topic is known (0: announced without one).
+    pub(crate) fn topic_id(&self, topic: &str) -> Option<i64> {
+        self.image.read().topics.get(topic).map(|t| t.topic_id)
     }
 
     /// host:port of a broker.
@@ -465,6 +514,43 @@ mod tests {
             c.apply(&req(vec![ps(0, 2, 3, 6)], true)).partitions.len(),
             1
         );
+    }
+
+    fn with_id(mut p: pb::PartitionState, topic_id: i64) -> pb::PartitionState {
+        p.topic_id = topic_id;
+        p
+    }
+
+    #[test]
+    fn a_deleted_topic_goes_and_a_new_one_of_the_same_name_starts_over() {
+        let c = MetadataCache::new("c");
+        c.apply(&req(vec![with_id(ps(0, 1, 4, 6), 5)], false));
+        let mut delete = req(vec![], false);
+        delete.deleted_topics = vec![pb::DeletedTopic {
+            name: "t".into(),
+            topic_id: 5,
+        }];
+        let applied = c.apply(&delete);
+        assert_eq!(applied.deleted, vec![("t".to_string(), 5)]);
+        assert!(c.partition_state("t", 0).is_none());
+        assert_eq!(c.topic_id("t"), None);
+        // Created again: epochs start at 0 and are taken.
+        let applied = c.apply(&req(vec![with_id(ps(0, 2, 0, 0), 9)], false));
+        assert_eq!(applied.partitions.len(), 1);
+        assert_eq!(c.partition_state("t", 0).unwrap().leader, 2);
+        // A broker that missed the deletion: another topic id is a new topic too.
+        let applied = c.apply(&req(vec![with_id(ps(0, 3, 0, 0), 12)], false));
+        assert_eq!(applied.partitions.len(), 1);
+        assert_eq!(
+            (c.partition_state("t", 0).unwrap().leader, c.topic_id("t")),
+            (3, Some(12))
+        );
+        // A full sync without the topic drops it.
+        let mut full = req(vec![], true);
+        full.topics = vec![];
+        let applied = c.apply(&full);
+        assert_eq!(applied.deleted, vec![("t".to_string(), 12)]);
+        assert!(c.partition_state("t", 0).is_none());
     }
 
     #[test]

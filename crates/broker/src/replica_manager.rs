@@ -671,6 +671,9 @@ impl ReplicaManager {
             metadata_offset = req.metadata_offset,
             "applying LeaderAndIsr"
         );
+        for (topic, topic_id) in &applied.deleted {
+            self.remove_topic(topic, *topic_id);
+        }
         let now = Instant::now();
         let mut partition_errors = Vec::new();
         let mut touched: Vec<(String, i32)> = Vec::new();
@@ -681,7 +684,7 @@ impl ReplicaManager {
                 continue;
             }
             let config = self.topic_config(&ps.topic);
-            let partition = match self.get_or_create(&ps.topic, ps.partition, &config) {
+            let partition = match self.get_or_create(ps, &config) {
                 Ok(p) => p,
                 Err(code) => {
                     partition_errors.push(pb::LeaderAndIsrPartitionError {
@@ -777,7 +780,7 @@ impl ReplicaManager {
         match moved {
             Ok(doomed) => {
                 tracing::info!(partition = %partition.tp, dir = %doomed.display(), "replica removed; deleting its log");
-                delete_in_background(doomed);
+                crate::partition::delete_in_background(doomed);
             }
             Err(e) => {
                 tracing::error!(partition = %partition.tp, error = %e, "cannot move the log of a removed replica aside")
@@ -804,18 +807,24 @@ impl ReplicaManager {
             else {
                 continue;
             };
-            let stray = self.partition(&tp.topic, tp.partition).is_none()
-                && self
-                    .metadata
-                    .partition_state(&tp.topic, tp.partition)
-                    .is_some_and(|ps| !ps.replicas.contains(&self.local_id));
+            let placed_here = match self.metadata.partition_state(&tp.topic, tp.partition) {
+                Some(ps) => {
+                    ps.replicas.contains(&self.local_id)
+                        && crate::partition::read_topic_id(&entry.path())
+                            .is_none_or(|id| same_topic_id(id, ps.topic_id))
+                }
+                // A topic the image does not have (deleted while this broker was
+                // down); a partition it does not have yet is kept.
+                None => self.metadata.topic_id(&tp.topic).is_some(),
+            };
+            let stray = self.partition(&tp.topic, tp.partition).is_none() && !placed_here;
             if !stray {
                 continue;
             }
             match crate::partition::move_aside(&entry.path()) {
                 Ok(doomed) => {
                     tracing::info!(partition = %tp, "deleting the log of a replica no longer placed here");
-                    delete_in_background(doomed);
+                    crate::partition::delete_in_background(doomed);
                 }
                 Err(e) => {
                     tracing::warn!(partition = %tp, error = %e, "cannot move a stray log aside")
@@ -824,14 +833,35 @@ impl ReplicaManager {
         }
     }
 
+    /// Drops every hosted partition of a deleted topic (of that topic id; 0 matches
+    /// any), as [`remove_replica`](Self::remove_replica) does.
+    fn remove_topic(&self, topic: &str, topic_id: i64) {
+        let hosted: Vec<Arc<Partition>> = self
+            .partitions
+            .read()
+            .get(topic)
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        for p in hosted {
+            if same_topic_id(p.topic_id, topic_id) {
+                self.remove_replica(topic, p.tp.partition);
+            }
+        }
+    }
+
+    /// The hosted replica `ps` announces, opened (or created) if needed; a hosted
+    /// one of another topic id (a deleted topic's) is removed first.
     fn get_or_create(
         &self,
-        topic: &str,
-        index: i32,
+        ps: &pb::PartitionState,
         config: &TopicConfig,
     ) -> Result<Arc<Partition>, ErrorCode> {
+        let (topic, index) = (ps.topic.as_str(), ps.partition);
         if let Some(p) = self.partition(topic, index) {
-            return Ok(p);
+            if same_topic_id(p.topic_id, ps.topic_id) {
+                return Ok(p);
+            }
+            self.remove_replica(topic, index);
         }
         let tp = TopicPartition::new(topic, index);
         let metrics = self.metrics.clone();
@@ -853,6 +883,7 @@ impl ReplicaManager {
         let partition = Partition::open(
             &self.config.log_dir,
             tp.clone(),
+            ps.topic_id,
             self.local_id,
             config.clone(),
             listener,
@@ -897,14 +928,9 @@ impl ReplicaManager {
     }
 }
 
-/// Deletes a removed replica's directory off the request path.
-fn delete_in_background(dir: std::path::PathBuf) {
-    tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&dir) {
-        Ok(()) => tracing::debug!(dir = %dir.display(), "deleted"),
-        Err(e) => {
-            tracing::warn!(dir = %dir.display(), error = %e, "cannot delete a removed replica's log")
-        }
-    });
+/// Topic ids name the same topic when equal, or when either is unknown (0).
+fn same_topic_id(a: i64, b: i64) -> bool {
+    a == b || a == 0 || b == 0
 }
 
 /// Deletes what removed replicas left in `log_dir` when the broker stopped before
@@ -976,7 +1002,7 @@ mod tests {
             full: false,
             topics: vec![pb::TopicState {
                 name: "t".into(),
-                configs: Default::default(),
+                ..Default::default()
             }],
             partition_states: vec![pb::PartitionState {
                 topic: "t".into(),
@@ -989,6 +1015,7 @@ mod tests {
                 ..Default::default()
             }],
             brokers: vec![],
+            deleted_topics: vec![],
         });
         assert_eq!(answer.error_code, 0);
         rm.partition("t", 0).expect("created")

@@ -53,6 +53,9 @@ pub(crate) enum TopicCommand {
     Describe(DescribeArgs),
     /// Change a topic's configs live, or add partitions.
     Alter(AlterArgs),
+    /// Delete topics: every broker drops their partitions and deletes its
+    /// copies; the name can be used again at once.
+    Delete(DeleteArgs),
     /// Move leadership back to each partition's preferred replica (the first of
     /// its replicas) where it is in the ISR (Kafka's kafka-leader-election
     /// --election-type PREFERRED).
@@ -66,6 +69,16 @@ pub(crate) enum TopicCommand {
 }
 
 #[derive(Debug, Args)]
+pub(crate) struct DeleteArgs {
+    /// The topics to delete.
+    #[arg(required = true)]
+    pub(crate) names: Vec<String>,
+    /// Print JSON instead of a line per topic.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
 pub(crate) struct ReassignArgs {
     /// Topic name (with --partition, or the topics to move with --generate).
     pub(crate) name: Option<String>,
@@ -73,7 +86,7 @@ pub(crate) struct ReassignArgs {
     #[arg(long = "partition", requires = "name")]
     pub(crate) partitions: Vec<i32>,
     /// The target replicas, e.g. 2,3,4 (the first is the preferred leader).
-    #[arg(long, value_delimiter = ',', num_args = 1.., conflicts_with_all = ["cancel", "generate"])]
+    #[arg(long, value_delimiter = ',', num_args = 1.., conflicts_with_all = ["cancel", "generate", "plan"])]
     pub(crate) replicas: Vec<i32>,
     /// A reassignment plan: {"version":1,"partitions":[{"topic":"t","partition":0,
     /// "replicas":[2,3,4]},...]} (the output of --generate, or Kafka's).
@@ -86,7 +99,7 @@ pub(crate) struct ReassignArgs {
     /// Print a plan moving every partition of the named topics (TOPIC and
     /// --topic) onto --broker-ids, keeping the replicas already there; changes
     /// nothing. Save it and run it with --plan.
-    #[arg(long, requires = "broker_ids")]
+    #[arg(long, requires = "broker_ids", conflicts_with_all = ["cancel", "partitions"])]
     pub(crate) generate: bool,
     /// More topics for --generate (repeatable).
     #[arg(long = "topic", requires = "generate")]

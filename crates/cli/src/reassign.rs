@@ -213,7 +213,14 @@ pub(crate) fn propose(
     let mut partitions = Vec::new();
     for (topic, parts) in topics {
         for p in parts {
-            let rf = p.replicas.len();
+            // Where a reassignment in progress goes, not the replicas leaving.
+            let current: Vec<i32> = p
+                .replicas
+                .iter()
+                .copied()
+                .filter(|r| !p.removing_replicas.contains(r))
+                .collect();
+            let rf = current.len();
             if rf > targets.len() {
                 return Err(format!(
                     "{topic}-{} has {rf} replicas but --broker-ids names {} brokers",
@@ -221,8 +228,7 @@ pub(crate) fn propose(
                     targets.len()
                 ));
             }
-            let mut replicas: Vec<i32> = p
-                .replicas
+            let mut replicas: Vec<i32> = current
                 .iter()
                 .copied()
                 .filter(|r| targets.contains(r))

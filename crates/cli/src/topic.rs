@@ -1,4 +1,4 @@
-//! `syncline topic create | list | describe | alter | elect-leaders | reassign`.
+//! `syncline topic create | list | describe | alter | delete | elect-leaders | reassign`.
 
 use std::collections::BTreeMap;
 
@@ -6,7 +6,9 @@ use anyhow::{bail, Result};
 use syncline_client::{Admin, ClientConfig, NewTopic, TopicAlteration};
 use syncline_proto::ErrorCode;
 
-use crate::args::{AlterArgs, CreateArgs, DescribeArgs, ElectLeadersArgs, TopicCommand};
+use crate::args::{
+    AlterArgs, CreateArgs, DeleteArgs, DescribeArgs, ElectLeadersArgs, TopicCommand,
+};
 use crate::errors::{explain, Ctx};
 use crate::fields;
 use crate::output::{election_json, election_table, topic_json, topic_table};
@@ -17,6 +19,7 @@ pub(crate) async fn run(command: TopicCommand, bootstrap: &str) -> Result<()> {
         TopicCommand::List => list(bootstrap).await,
         TopicCommand::Describe(args) => describe(args, bootstrap).await,
         TopicCommand::Alter(args) => alter(args, bootstrap).await,
+        TopicCommand::Delete(args) => delete(args, bootstrap).await,
         TopicCommand::ElectLeaders(args) => elect_leaders(args, bootstrap).await,
         TopicCommand::Reassign(args) => crate::reassign::run(args, bootstrap).await,
     }
@@ -91,6 +94,46 @@ async fn describe(args: DescribeArgs, bootstrap: &str) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&topic_json(&topic))?);
     } else {
         print!("{}", topic_table(&topic));
+    }
+    Ok(())
+}
+
+async fn delete(args: DeleteArgs, bootstrap: &str) -> Result<()> {
+    let ctx = Ctx {
+        bootstrap,
+        topic: args.names.first().map(String::as_str),
+    };
+    let names: Vec<&str> = args.names.iter().map(String::as_str).collect();
+    let results = admin(ctx)?
+        .delete_topics(&names)
+        .await
+        .map_err(|e| anyhow::anyhow!(explain(&e, ctx)))?;
+    if args.json {
+        let json: Vec<serde_json::Value> = results
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "topic": r.name,
+                    "error": r.error.map(|e| e.name()),
+                    "message": (!r.message.is_empty()).then_some(&r.message),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&json)?);
+    } else {
+        for r in results.iter().filter(|r| r.error.is_none()) {
+            println!("Deleted topic {}.", r.name);
+        }
+    }
+    let failed: Vec<String> = results
+        .iter()
+        .filter_map(|r| Some(format!("{} ({}: {})", r.name, r.error?, r.message)))
+        .collect();
+    if !failed.is_empty() {
+        bail!(
+            "not deleted: {} (see `syncline topic list`)",
+            failed.join(", ")
+        );
     }
     Ok(())
 }

@@ -424,13 +424,7 @@ impl Admin {
             ))
             .await?;
         let r = expect_body!(body, DescribeQuorum)?;
-        let code = ErrorCode::from_wire(r.error_code);
-        if code != ErrorCode::None {
-            return Err(ClientError::Protocol {
-                code,
-                message: r.error_message,
-            });
-        }
+        request_result(r.error_code, &r.error_message)?;
         let mut voters: Vec<QuorumVoter> = r
             .voters
             .iter()
@@ -556,13 +550,7 @@ impl Admin {
             .send_any(pb::request::Body::ElectLeaders(request))
             .await?;
         let r = expect_body!(body, ElectLeaders)?;
-        let code = ErrorCode::from_wire(r.error_code);
-        if code != ErrorCode::None {
-            return Err(ClientError::Protocol {
-                code,
-                message: r.error_message,
-            });
-        }
+        request_result(r.error_code, &r.error_message)?;
         let mut results: Vec<ElectionResult> = r
             .topics
             .into_iter()
@@ -571,10 +559,7 @@ impl Admin {
                 t.partitions.into_iter().map(move |p| ElectionResult {
                     topic: topic.clone(),
                     partition: p.partition,
-                    error: match ErrorCode::from_wire(p.error_code) {
-                        ErrorCode::None => None,
-                        code => Some(code),
-                    },
+                    error: error_of(p.error_code),
                     message: p.error_message,
                     leader: p.leader,
                     leader_epoch: p.leader_epoch,
@@ -583,6 +568,45 @@ impl Admin {
             .collect();
         results.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
         Ok(results)
+    }
+}
+
+/// The outcome of deleting one topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeletedTopic {
+    /// The topic.
+    pub name: String,
+    /// `None`: deleted. `UnknownTopicOrPartition`: no such topic.
+    /// `InvalidRequest`: named twice.
+    pub error: Option<ErrorCode>,
+    /// Why, for an error.
+    pub message: String,
+}
+
+impl Admin {
+    /// Deletes topics (Kafka's DeleteTopics): every broker stops serving their
+    /// partitions and deletes its copies; the names can be used again at once.
+    /// Any broker answers (it asks the active controller); one result per name,
+    /// in request order.
+    pub async fn delete_topics(&self, names: &[&str]) -> Result<Vec<DeletedTopic>, ClientError> {
+        let request = pb::DeleteTopicsRequest {
+            topics: names.iter().map(|n| n.to_string()).collect(),
+            forwarded: false,
+        };
+        let body = self
+            .cluster
+            .send_any(pb::request::Body::DeleteTopics(request))
+            .await?;
+        let r = expect_body!(body, DeleteTopics)?;
+        request_result(r.error_code, &r.error_message)?;
+        Ok(r.topics
+            .into_iter()
+            .map(|t| DeletedTopic {
+                name: t.name,
+                error: error_of(t.error_code),
+                message: t.error_message,
+            })
+            .collect())
     }
 }
 
@@ -657,13 +681,7 @@ impl Admin {
             .send_any(pb::request::Body::AlterReassignments(request))
             .await?;
         let r = expect_body!(body, AlterReassignments)?;
-        let code = ErrorCode::from_wire(r.error_code);
-        if code != ErrorCode::None {
-            return Err(ClientError::Protocol {
-                code,
-                message: r.error_message,
-            });
-        }
+        request_result(r.error_code, &r.error_message)?;
         let mut results: Vec<ReassignmentResult> = r
             .topics
             .into_iter()
@@ -672,10 +690,7 @@ impl Admin {
                 t.partitions.into_iter().map(move |p| ReassignmentResult {
                     topic: topic.clone(),
                     partition: p.partition,
-                    error: match ErrorCode::from_wire(p.error_code) {
-                        ErrorCode::None => None,
-                        code => Some(code),
-                    },
+                    error: error_of(p.error_code),
                     message: p.error_message,
                     replicas: p.replicas,
                     adding_replicas: p.adding_replicas,
@@ -685,6 +700,25 @@ impl Admin {
             .collect();
         results.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
         Ok(results)
+    }
+}
+
+/// A whole request's error code (no active controller, ...) as an error.
+fn request_result(error_code: i32, message: &str) -> Result<(), ClientError> {
+    match ErrorCode::from_wire(error_code) {
+        ErrorCode::None => Ok(()),
+        code => Err(ClientError::Protocol {
+            code,
+            message: message.to_owned(),
+        }),
+    }
+}
+
+/// A per-partition error code: `None` for NONE.
+fn error_of(error_code: i32) -> Option<ErrorCode> {
+    match ErrorCode::from_wire(error_code) {
+        ErrorCode::None => None,
+        code => Some(code),
     }
 }
 

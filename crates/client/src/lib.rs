@@ -84,8 +84,9 @@ mod testing;
 
 pub use admin::{
     Admin, AlteredTopic, BrokerDescription, BrokerLoad, ClusterDescription, CreatedTopic,
-    ElectionResult, LeaderView, NewTopic, PartitionDescription, QuorumDescription, QuorumVoter,
-    Reassignment, ReassignmentResult, ReplicaStatus, TopicAlteration, TopicDescription,
+    DeletedTopic, ElectionResult, LeaderView, NewTopic, PartitionDescription, QuorumDescription,
+    QuorumVoter, Reassignment, ReassignmentResult, ReplicaStatus, TopicAlteration,
+    TopicDescription,
 };
 pub use config::{Acks, AutoOffsetReset, ClientConfig, ConsumerConfig, ProducerConfig};
 pub use connection::Connection;

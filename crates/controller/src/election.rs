@@ -35,11 +35,14 @@ pub(crate) fn next_state(
         (current.leader, isr)
     } else if let Some(&r) = current.replicas.iter().find(|&&r| clean(r)) {
         (r, isr)
-    } else if let Some(&r) = current
-        .replicas
-        .iter()
-        .find(|&&r| unclean_allowed && usable(r))
+    } else if let Some(r) = current
+        .original_replicas()
+        .into_iter()
+        .chain(current.adding_replicas.iter().copied())
+        .find(|&r| unclean_allowed && usable(r))
     {
+        // A joining replica of a reassignment comes last: its log may be far
+        // behind the original replicas'.
         // Logged by the caller, which knows the partition (`draft::log_change`).
         (r, vec![r])
     } else {

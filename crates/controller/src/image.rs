@@ -104,8 +104,9 @@ impl PartitionRegistration {
     }
 
     /// The partition as `LeaderAndIsr` announces it.
-    pub fn to_state(&self, topic: &str, partition: i32) -> pb::PartitionState {
+    pub fn to_state(&self, topic: &str, partition: i32, topic_id: i64) -> pb::PartitionState {
         pb::PartitionState {
+            topic_id,
             topic: topic.to_owned(),
             partition,
             leader: self.leader,
@@ -170,6 +171,10 @@ fn has_duplicates(ids: &[i32]) -> bool {
 /// A topic: its config overrides and its partitions (index = partition id).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TopicImage {
+    /// The offset of its `TopicRecord`: unique over the log's history, so it tells
+    /// this topic from a deleted one of the same name (Kafka's topic id). 0 in a
+    /// snapshot written before topic ids existed: unknown.
+    pub topic_id: i64,
     /// Explicit overrides only (canonical values); defaults come from configuration.
     pub configs: BTreeMap<String, String>,
     /// Partition `i` is at index `i`.
@@ -295,7 +300,8 @@ impl MetadataImage {
             Record::RegisterBroker(r) => self.apply_register_broker(offset, r)?,
             Record::FenceBroker(r) => self.set_fenced(r.broker_id, r.broker_epoch, true)?,
             Record::UnfenceBroker(r) => self.set_fenced(r.broker_id, r.broker_epoch, false)?,
-            Record::Topic(r) => self.apply_topic(r)?,
+            Record::Topic(r) => self.apply_topic(offset, r)?,
+            Record::RemoveTopic(r) => self.apply_remove_topic(r)?,
             Record::Partition(r) => self.apply_partition(r)?,
             Record::TopicConfig(r) => self.apply_topic_config(r)?,
         }
@@ -372,7 +378,17 @@ impl MetadataImage {
         }
     }
 
-    fn apply_topic(&mut self, r: &pb::TopicRecord) -> Result<(), ApplyError> {
+    fn apply_remove_topic(&mut self, r: &pb::RemoveTopicRecord) -> Result<(), ApplyError> {
+        match self.topics.get(&r.name) {
+            Some(t) if t.topic_id == r.topic_id => {
+                self.topics.remove(&r.name);
+                Ok(())
+            }
+            _ => Err(ApplyError::UnknownTopic(r.name.clone())),
+        }
+    }
+
+    fn apply_topic(&mut self, offset: i64, r: &pb::TopicRecord) -> Result<(), ApplyError> {
         if self.topics.contains_key(&r.name) {
             return Err(ApplyError::TopicExists(r.name.clone()));
         }
@@ -384,6 +400,7 @@ impl MetadataImage {
         self.topics.insert(
             r.name.clone(),
             TopicImage {
+                topic_id: offset,
                 configs,
                 partitions: Vec::new(),
             },
@@ -441,6 +458,35 @@ impl MetadataImage {
         };
         if next.partition_epoch <= current.partition_epoch {
             return Err(invalid("partition epoch did not increase"));
+        }
+        // Replicas change only as a reassignment does: a new one joins as adding and
+        // out of the ISR; one leaves only as the removing (completion) or adding
+        // (cancel) replica it was; a replica is marked adding only as it joins.
+        let added: Vec<i32> = next
+            .replicas
+            .iter()
+            .copied()
+            .filter(|r| !current.replicas.contains(r))
+            .collect();
+        if added
+            .iter()
+            .any(|r| !next.adding_replicas.contains(r) || next.isr.contains(r))
+        {
+            return Err(invalid("a new replica that is not adding, or in the ISR"));
+        }
+        if current.replicas.iter().any(|r| {
+            !next.replicas.contains(r)
+                && !current.removing_replicas.contains(r)
+                && !current.adding_replicas.contains(r)
+        }) {
+            return Err(invalid("a replica removed outside a reassignment"));
+        }
+        if next
+            .adding_replicas
+            .iter()
+            .any(|r| !added.contains(r) && !current.adding_replicas.contains(r))
+        {
+            return Err(invalid("an existing replica marked adding"));
         }
         if next.leader_epoch < current.leader_epoch {
             return Err(invalid("leader epoch went backwards"));
@@ -515,6 +561,7 @@ impl MetadataImage {
                 .iter()
                 .map(|(name, t)| pb::TopicSnapshot {
                     name: name.clone(),
+                    topic_id: t.topic_id,
                     configs: t.configs.clone().into_iter().collect(),
                     partitions: t
                         .partitions
@@ -590,6 +637,7 @@ impl MetadataImage {
                 return invalid(format!("topic {} has too many partitions", t.name));
             }
             let topic = TopicImage {
+                topic_id: t.topic_id,
                 configs: t.configs.clone().into_iter().collect(),
                 partitions: t
                     .partitions
@@ -735,14 +783,15 @@ impl MetadataImage {
 
     /// A partition as `LeaderAndIsr` announces it.
     pub fn partition_state(&self, tp: &TopicPartition) -> Option<pb::PartitionState> {
+        let topic_id = self.topics.get(&*tp.topic)?.topic_id;
         self.partition(&tp.topic, tp.partition)
-            .map(|p| p.to_state(&tp.topic, tp.partition))
+            .map(|p| p.to_state(&tp.topic, tp.partition, topic_id))
     }
 
     /// Every partition as `LeaderAndIsr` announces it.
     pub fn partition_states(&self) -> Vec<pb::PartitionState> {
         self.partitions()
-            .map(|(tp, p)| p.to_state(&tp.topic, tp.partition))
+            .filter_map(|(tp, _)| self.partition_state(&tp))
             .collect()
     }
 
@@ -754,14 +803,11 @@ impl MetadataImage {
     ) -> BTreeMap<i32, Vec<pb::PartitionState>> {
         let mut by_broker: BTreeMap<i32, Vec<pb::PartitionState>> = BTreeMap::new();
         for tp in partitions {
-            let Some(p) = self.partition(&tp.topic, tp.partition) else {
+            let Some(state) = self.partition_state(tp) else {
                 continue;
             };
-            for &replica in &p.replicas {
-                by_broker
-                    .entry(replica)
-                    .or_default()
-                    .push(p.to_state(&tp.topic, tp.partition));
+            for &replica in &state.replicas {
+                by_broker.entry(replica).or_default().push(state.clone());
             }
         }
         by_broker
@@ -774,6 +820,7 @@ impl MetadataImage {
             .map(|(name, t)| pb::TopicState {
                 name: name.clone(),
                 configs: t.configs.clone().into_iter().collect(),
+                topic_id: t.topic_id,
             })
             .collect()
     }

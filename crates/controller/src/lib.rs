@@ -138,4 +138,4 @@ pub use metadata_log::{MetadataLog, MetadataLogError, MAX_RECORD_BYTES, METADATA
 pub use quorum::{
     ProposeError, Quorum, QuorumConfig, QuorumError, QuorumStatus, QuorumTransport, VoterStatus,
 };
-pub use records::{changed_brokers, changed_partitions, changed_topic_configs};
+pub use records::{changed_brokers, changed_partitions, changed_topic_configs, deleted_topics};

@@ -49,6 +49,21 @@ pub fn changed_topic_configs(records: &[pb::MetadataRecord]) -> Vec<String> {
     set.into_iter().map(str::to_owned).collect()
 }
 
+/// The topics a list of records deletes, with their topic ids, in order: tell
+/// every broker to drop them.
+pub fn deleted_topics(records: &[pb::MetadataRecord]) -> Vec<pb::DeletedTopic> {
+    records
+        .iter()
+        .filter_map(|r| match &r.record {
+            Some(Record::RemoveTopic(t)) => Some(pb::DeletedTopic {
+                name: t.name.clone(),
+                topic_id: t.topic_id,
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
 fn record(r: Record) -> pb::MetadataRecord {
     pb::MetadataRecord { record: Some(r) }
 }
@@ -115,5 +130,12 @@ pub(crate) fn controller_start_record(
     record(Record::ControllerStart(pb::ControllerStartRecord {
         controller_id,
         controller_epoch,
+    }))
+}
+
+pub(crate) fn remove_topic_record(name: &str, topic_id: i64) -> pb::MetadataRecord {
+    record(Record::RemoveTopic(pb::RemoveTopicRecord {
+        name: name.to_owned(),
+        topic_id,
     }))
 }

@@ -364,3 +364,93 @@ async fn topic_configs_change_live_and_partitions_only_grow() {
     let refused = cli_fails(&cluster, via, &["topic", "alter", topic]);
     assert!(refused.contains("nothing to change"), "{refused}");
 }
+
+/// Whether broker `id` holds any copy of `topic`-0, one being deleted included.
+fn has_copy(cluster: &Cluster, id: i32, topic: &str) -> bool {
+    let name = format!("{topic}-0");
+    std::fs::read_dir(cluster.data_dir(id)).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with(&name))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_topic_is_gone_everywhere_and_its_name_starts_empty_again() {
+    let topic = "gone";
+    let mut cluster = Cluster::start_quorum(3, 3, FAST_TIMERS).await;
+    create_topic(&cluster, topic, 1, 3, 2);
+    let full = by_partition(&wait_full_isr(&cluster, 1, topic, WAIT).await);
+    let leader = full[&0].leader_id;
+    for _ in 0..3 {
+        assert_eq!(
+            produce_code(&cluster, leader, topic, 0).await,
+            pb::ErrorCode::None
+        );
+    }
+    // A follower that is down misses the deletion and the new topic's creation.
+    let away = *full[&0].replicas.iter().find(|&&r| r != leader).unwrap();
+    let via = (1..=3).find(|&id| id != away && id != leader).unwrap();
+    cluster.kill(away);
+
+    let out = cli_ok(&cluster, via, &["topic", "delete", topic, "--json"]);
+    let results: Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(results[0]["topic"], topic, "{out}");
+    assert_eq!(results[0]["error"], Value::Null, "{out}");
+    // The old leader answers UNKNOWN_TOPIC_OR_PARTITION once it has heard, and
+    // the live replicas delete their copies.
+    let conn = cluster.connect(leader).await.unwrap();
+    wait_for("the old leader refuses the deleted topic", WAIT, || async {
+        syncline_e2e::client::produce(&conn, topic, 0, -1, &[b"late".to_vec()])
+            .await
+            .is_ok_and(|r| {
+                pb::ErrorCode::from_wire(r.error_code) == pb::ErrorCode::UnknownTopicOrPartition
+            })
+    })
+    .await;
+    for id in [leader, via] {
+        wait_for(&format!("broker {id} deleted its copy"), WAIT, || async {
+            !has_copy(&cluster, id, topic)
+        })
+        .await;
+    }
+    let out = cli_fails(&cluster, via, &["topic", "delete", topic]);
+    assert!(out.contains("UNKNOWN_TOPIC_OR_PARTITION"), "{out}");
+
+    // The name again, at once: an empty topic, on the broker that was away too
+    // (its old copy is another topic id's, so it starts over).
+    assert!(has_copy(&cluster, away, topic));
+    create_topic(&cluster, topic, 1, 3, 2);
+    cluster.restart(away);
+    let again = by_partition(&wait_full_isr(&cluster, via, topic, WAIT).await);
+    assert_eq!(sorted(&again[&0].isr), vec![1, 2, 3]);
+    let new_leader = again[&0].leader_id;
+    let view = leader_view(&cluster, new_leader, topic, 0).await.unwrap();
+    assert_eq!(
+        view.log_end_offset, 0,
+        "the new topic starts empty: {view:?}"
+    );
+    wait_for(
+        "the returning broker's copy is the new topic's",
+        WAIT,
+        || async {
+            cluster.log_bytes(away, topic, 0, i64::MAX).is_empty()
+                && std::fs::read_to_string(
+                    cluster
+                        .data_dir(away)
+                        .join(format!("{topic}-0"))
+                        .join("partition.metadata"),
+                )
+                .is_ok_and(|m| m.contains("topic_id:"))
+        },
+    )
+    .await;
+    assert!(
+        log_since(&cluster, away, 0).contains("a deleted topic's copy under the same name"),
+        "broker {away} did not set its stale copy aside"
+    );
+    assert_eq!(
+        produce_code(&cluster, new_leader, topic, 0).await,
+        pb::ErrorCode::None
+    );
+}

@@ -121,11 +121,12 @@ pub fn api_name(body: &pb::request::Body) -> &'static str {
         Body::ElectLeaders(_) => "ElectLeaders",
         Body::AlterTopic(_) => "AlterTopic",
         Body::AlterReassignments(_) => "AlterReassignments",
+        Body::DeleteTopics(_) => "DeleteTopics",
     }
 }
 
 /// Every API name, in key order (for pre-registering metrics).
-pub const API_NAMES: [&str; 17] = [
+pub const API_NAMES: [&str; 18] = [
     "Produce",
     "Fetch",
     "ListOffsets",
@@ -143,4 +144,5 @@ pub const API_NAMES: [&str; 17] = [
     "ElectLeaders",
     "AlterTopic",
     "AlterReassignments",
+    "DeleteTopics",
 ];

@@ -56,6 +56,40 @@ pub fn move_aside(dir: &Path) -> std::io::Result<std::path::PathBuf> {
     Ok(doomed)
 }
 
+/// The file of a partition directory naming its topic id (Kafka's name).
+pub const PARTITION_METADATA_FILE: &str = "partition.metadata";
+
+/// The topic id `partition.metadata` in `dir` names, if it is there and readable.
+pub fn read_topic_id(dir: &Path) -> Option<i64> {
+    let text = std::fs::read_to_string(dir.join(PARTITION_METADATA_FILE)).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("topic_id: "))
+        .and_then(|id| id.trim().parse().ok())
+}
+
+fn write_topic_id(dir: &Path, topic_id: i64) -> std::io::Result<()> {
+    let tmp = dir.join(format!("{PARTITION_METADATA_FILE}.tmp"));
+    std::fs::write(&tmp, format!("version: 0\ntopic_id: {topic_id}\n"))?;
+    std::fs::File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, dir.join(PARTITION_METADATA_FILE))
+}
+
+/// Deletes a moved-aside directory off the request path.
+pub fn delete_in_background(dir: std::path::PathBuf) {
+    let delete = move || match std::fs::remove_dir_all(&dir) {
+        Ok(()) => tracing::debug!(dir = %dir.display(), "deleted"),
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot delete a removed replica's log")
+        }
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => {
+            rt.spawn_blocking(delete);
+        }
+        Err(_) => delete(),
+    }
+}
+
 /// Records read for a fetch.
 #[derive(Debug, Clone)]
 pub struct ReadResult {
@@ -94,6 +128,8 @@ pub type IsrListener = Arc<dyn Fn(&TopicPartition, IsrChangeKind, &[i32]) + Send
 pub struct Partition {
     /// Its name.
     pub tp: TopicPartition,
+    /// The topic id it was opened for (0: unknown).
+    pub topic_id: i64,
     isr_listener: IsrListener,
     log: RwLock<Log>,
     core: Mutex<PartitionCore>,
@@ -129,14 +165,39 @@ fn replication_config(config: &TopicConfig) -> ReplicationConfig {
 impl Partition {
     /// Opens (recovering) the partition's log under `log_dir`. The replica has no role
     /// until the controller announces one.
+    ///
+    /// The directory records the topic id in `partition.metadata` (as Kafka): a
+    /// directory written for another topic id is a deleted topic's copy under the
+    /// same name, so it is moved aside for deletion and the log starts empty.
     pub fn open(
         log_dir: &Path,
         tp: TopicPartition,
+        topic_id: i64,
         local_id: i32,
         config: TopicConfig,
         isr_listener: IsrListener,
     ) -> Result<Partition, LogError> {
-        let log = Log::open(&log_dir.join(tp.dir_name()), config.log.clone())?;
+        let dir = log_dir.join(tp.dir_name());
+        if topic_id != 0 {
+            match read_topic_id(&dir) {
+                Some(found) if found != topic_id => {
+                    let doomed = move_aside(&dir).map_err(|source| LogError::Io {
+                        path: dir.clone(),
+                        source,
+                    })?;
+                    tracing::info!(partition = %tp, topic_id, found, dir = %doomed.display(), "a deleted topic's copy under the same name; moved aside");
+                    delete_in_background(doomed);
+                }
+                _ => {}
+            }
+        }
+        let log = Log::open(&dir, config.log.clone())?;
+        if topic_id != 0 && read_topic_id(&dir) != Some(topic_id) {
+            write_topic_id(&dir, topic_id).map_err(|source| LogError::Io {
+                path: dir.join(PARTITION_METADATA_FILE),
+                source,
+            })?;
+        }
         let core = PartitionCore::new(
             local_id,
             log.read_high_watermark(),
@@ -146,6 +207,7 @@ impl Partition {
         );
         Ok(Partition {
             tp,
+            topic_id,
             isr_listener,
             log_end_offset: AtomicI64::new(core.log_end_offset()),
             high_watermark: AtomicI64::new(core.high_watermark()),
@@ -625,5 +687,58 @@ impl Partition {
         let core = self.core.lock();
         let log_start = self.log.read().log_start_offset();
         core.describe(self.tp.partition, log_start, now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::BrokerConfig;
+
+    fn open(dir: &Path, topic_id: i64) -> Partition {
+        let broker = BrokerConfig::parse(
+            "node_id = 1\nprocess_roles = \"broker,controller\"\n\
+             controller_quorum_voters = \"1@127.0.0.1:9092\"\n",
+        )
+        .expect("broker config");
+        let config = TopicConfig::resolve(&broker, "t", &Default::default());
+        let listener: IsrListener = Arc::new(|_: &TopicPartition, _: IsrChangeKind, _: &[i32]| {});
+        Partition::open(
+            dir,
+            TopicPartition::new("t", 0),
+            topic_id,
+            1,
+            config,
+            listener,
+        )
+        .expect("opens")
+    }
+
+    #[test]
+    fn a_directory_of_another_topic_id_is_moved_aside_and_the_log_starts_empty() {
+        let base = tempfile::tempdir().unwrap();
+        let dir = base.path().join("t-0");
+        let p = open(base.path(), 5);
+        p.close();
+        drop(p);
+        assert_eq!(read_topic_id(&dir), Some(5));
+        std::fs::write(dir.join("marker"), b"old").unwrap();
+        // The same topic: its directory is kept.
+        open(base.path(), 5).close();
+        assert!(dir.join("marker").exists());
+        // Unknown topic id (0): kept too.
+        open(base.path(), 0).close();
+        assert!(dir.join("marker").exists());
+        // Another topic id: a deleted topic's copy; moved aside (and, with no
+        // runtime here, deleted at once).
+        let p = open(base.path(), 7);
+        assert_eq!(read_topic_id(&dir), Some(7));
+        assert!(!dir.join("marker").exists());
+        assert_eq!(p.log_end_offset(), 0);
+        let left: Vec<_> = std::fs::read_dir(base.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, vec![std::ffi::OsString::from("t-0")]);
     }
 }

@@ -16,7 +16,9 @@
 //!
 //! What an acks=all write rests on never weakens: the ISR only loses the leaving
 //! replicas once every target replica is in it, so at every step each committed
-//! record is on every member of an ISR that is at least as large as the target.
+//! record is on every member of an ISR that is at least as large as the target;
+//! a cancel that would drop in-sync joining replicas below `min.insync.replicas`
+//! is refused.
 //! The state is in the metadata log, so a controller failover or a joining replica
 //! that dies and comes back resumes it where it was.
 
@@ -56,7 +58,7 @@ impl Controller {
                     .map(|p| {
                         let tp = TopicPartition::new(&t.name, p.partition);
                         let outcome = if p.cancel {
-                            cancel(&mut draft, &tp)
+                            cancel(&mut draft, &tp, self.min_insync_replicas(&t.name))
                         } else {
                             self.start_reassignment(&mut draft, &tp, &p.replicas)
                         };
@@ -102,10 +104,7 @@ impl Controller {
         {
             return invalid(format!("broker {unknown} is not registered"));
         }
-        let min_isr = self
-            .topic_configs(&tp.topic)
-            .and_then(|c| c.get(MIN_INSYNC_REPLICAS)?.parse::<usize>().ok())
-            .unwrap_or(1);
+        let min_isr = self.min_insync_replicas(&tp.topic);
         if target.len() < min_isr {
             return invalid(format!(
                 "{} target replicas for {tp} are fewer than its min.insync.replicas ({min_isr}): \
@@ -115,6 +114,8 @@ impl Controller {
         }
         if current.is_reassigning() {
             if current.target_replicas() == target {
+                // Resubmitted (a plan run again): complete it if it can be now.
+                draft.complete_reassignment(tp);
                 return Ok(());
             }
             return Err((
@@ -150,6 +151,15 @@ impl Controller {
     }
 }
 
+impl Controller {
+    /// A topic's effective `min.insync.replicas` (1 for an unknown topic).
+    fn min_insync_replicas(&self, topic: &str) -> usize {
+        self.topic_configs(topic)
+            .and_then(|c| c.get(MIN_INSYNC_REPLICAS)?.parse::<usize>().ok())
+            .unwrap_or(1)
+    }
+}
+
 type Outcome = Result<(), Refusal>;
 
 fn unknown(tp: &TopicPartition) -> Refusal {
@@ -164,7 +174,7 @@ fn without(ids: &[i32], other: &[i32]) -> Vec<i32> {
     ids.iter().copied().filter(|r| !other.contains(r)).collect()
 }
 
-fn cancel(draft: &mut Draft<'_>, tp: &TopicPartition) -> Outcome {
+fn cancel(draft: &mut Draft<'_>, tp: &TopicPartition, min_isr: usize) -> Outcome {
     let current = draft
         .partition(&tp.topic, tp.partition)
         .ok_or_else(|| unknown(tp))?
@@ -188,6 +198,19 @@ fn cancel(draft: &mut Draft<'_>, tp: &TopicPartition) -> Outcome {
                 ),
             )
         })?;
+    // The joining replicas in the ISR hold every committed record: dropping them
+    // must not leave fewer in-sync copies than min.insync.replicas promises.
+    if next.isr.len() < current.isr.len() && next.isr.len() < min_isr {
+        return Err((
+            ErrorCode::InvalidReplicaAssignment,
+            format!(
+                "cancelling would leave {tp} with ISR {:?}, fewer than its min.insync.replicas \
+                 ({min_isr}), and committed records on fewer replicas; let the reassignment \
+                 finish, or cancel once the original replicas are back in the ISR",
+                next.isr
+            ),
+        ));
+    }
     tracing::info!(
         topic = %tp.topic, partition = tp.partition, back_to = ?original,
         leader = next.leader, isr = ?next.isr, "reassignment cancelled"

@@ -184,6 +184,23 @@ fn apply_refuses_records_that_would_break_the_image() {
             ApplyError::TopicExists("t".into()),
         ),
         (
+            "remove another incarnation of a topic",
+            // t's TopicRecord is at offset 8: its topic id is 8.
+            Some(Record::RemoveTopic(pb::RemoveTopicRecord {
+                name: "t".into(),
+                topic_id: 7,
+            })),
+            ApplyError::UnknownTopic("t".into()),
+        ),
+        (
+            "remove an unknown topic",
+            Some(Record::RemoveTopic(pb::RemoveTopicRecord {
+                name: "u".into(),
+                topic_id: 8,
+            })),
+            ApplyError::UnknownTopic("u".into()),
+        ),
+        (
             "unknown topic",
             Some(partition("u", 0, &[1], &[1], 1, 0, 0)),
             ApplyError::InvalidPartition {
@@ -245,6 +262,21 @@ fn apply_refuses_records_that_would_break_the_image() {
             "fenced leader",
             Some(partition("t", 1, &[4, 1], &[4, 1], 4, 0, 0)),
             bad_partition(1, "leader is a fenced broker"),
+        ),
+        (
+            "new replica not adding",
+            Some(partition("t", 0, &[1, 2, 3, 4], &[1, 2], 1, 2, 6)),
+            bad_partition(0, "a new replica that is not adding, or in the ISR"),
+        ),
+        (
+            "replica removed outside a reassignment",
+            Some(partition("t", 0, &[1, 2], &[1, 2], 1, 2, 6)),
+            bad_partition(0, "a replica removed outside a reassignment"),
+        ),
+        (
+            "existing replica marked adding",
+            Some(reassigning(&[1, 2, 3], &[3], &[])),
+            bad_partition(0, "an existing replica marked adding"),
         ),
         (
             "adding outside the replicas",
@@ -376,6 +408,7 @@ fn from_snapshot_refuses_what_no_log_produces() {
         ("partition on an unknown broker", |s| {
             s.topics = vec![pb::TopicSnapshot {
                 name: "t".into(),
+                topic_id: 8,
                 configs: Default::default(),
                 partitions: vec![pb::PartitionSnapshot {
                     replicas: vec![9],

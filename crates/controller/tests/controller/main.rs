@@ -4,6 +4,7 @@ mod alter_partition;
 mod alter_topic;
 mod brokers;
 mod create_topics;
+mod delete_topics;
 mod elect_leaders;
 mod elections;
 mod image;

@@ -338,3 +338,44 @@ fn bad_targets_are_refused_with_the_rule_they_break() {
         assert_eq!(cl.partition("t", 0), before);
     }
 }
+
+#[test]
+fn a_cancel_that_would_drop_in_sync_copies_below_min_isr_is_refused() {
+    let mut cl = Cluster::with_brokers(&[1, 2, 3]);
+    cl.create_with_configs("t", 1, 3, &[("min.insync.replicas", "2")]);
+    cl.add_brokers(&[4, 5]);
+    let r = cl.partition("t", 0).replicas;
+    reassign(&mut cl, 0, &[r[0], 4, 5], false);
+    // The originals but the leader fall behind; broker 4 catches up.
+    cl.propose_isr("t", 0, &[r[0], 4]);
+    let before = cl.partition("t", 0);
+    assert!(before.is_reassigning());
+    let (result, records) = reassign(&mut cl, 0, &[], true);
+    assert_eq!(
+        (code(&result), records),
+        (ErrorCode::InvalidReplicaAssignment, 0),
+        "{result:?}"
+    );
+    assert!(
+        result.error_message.contains("min.insync.replicas"),
+        "{result:?}"
+    );
+    assert_eq!(cl.partition("t", 0), before);
+}
+
+#[test]
+fn an_unclean_election_mid_reassignment_prefers_an_original_replica() {
+    let mut cl = Cluster::with_brokers(&[1, 2, 3]);
+    cl.create_with_configs("t", 1, 3, &[("unclean.leader.election.enable", "true")]);
+    cl.add_brokers(&[4, 5, 6]);
+    let r = cl.partition("t", 0).replicas;
+    reassign(&mut cl, 0, &[4, 5, 6], false);
+    cl.propose_isr("t", 0, &[r[0]]);
+    cl.fence(r[0]);
+    let p = cl.partition("t", 0);
+    assert_eq!(
+        p.leader, r[1],
+        "an original replica, not an empty new one: {p:?}"
+    );
+    assert_eq!(p.isr, vec![r[1]]);
+}
