@@ -107,6 +107,8 @@ fuzz_target!(|data: &[u8]| {
             Some(Body::AlterPartition(r)) => {
                 let d = cluster.c.alter_partition(&r);
                 cluster.commit(d);
+                let d = cluster.c.complete_reassignments();
+                cluster.commit(d);
             }
             Some(Body::AlterTopic(r)) => {
                 let d = cluster.c.alter_topic(&r);

@@ -538,7 +538,10 @@ impl Host {
             }
             Req::AlterPartition(req) => {
                 let r = c.alter_partition(&req);
-                Resp::AlterPartition(self.commit(c, r).await?)
+                let response = self.commit(c, r).await?;
+                let completed = c.complete_reassignments();
+                self.commit(c, completed).await?;
+                Resp::AlterPartition(response)
             }
             Req::AlterTopic(req) => {
                 let r = c.alter_topic(&req);

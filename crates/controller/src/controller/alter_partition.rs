@@ -101,11 +101,10 @@ fn alter_one(
             partition_epoch: current.partition_epoch.saturating_add(1),
             ..current
         };
-        let tp = TopicPartition::new(topic, p.partition);
-        draft.set_partition(tp.clone(), next.clone());
-        // The answer is this change; completing a reassignment it allows is the
-        // next record, announced by LeaderAndIsr.
-        draft.complete_reassignment(&tp);
+        // A reassignment this change allows to complete is the shell's next
+        // decision (`complete_reassignments`), so that the leader hears of its own
+        // change before the replicas move (it counts the ISR expansion then).
+        draft.set_partition(TopicPartition::new(topic, p.partition), next.clone());
         next
     };
     pb::AlterPartitionPartitionResponse {

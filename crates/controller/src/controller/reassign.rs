@@ -8,7 +8,8 @@
 //!    leader proposes each into the ISR (AlterPartition) once it has caught up;
 //! 2. **complete**, decided as soon as every target replica is in the ISR (at
 //!    start already when T ⊆ ISR, else on the AlterPartition that makes it so):
-//!    `replicas` = ISR = T; a leader outside T hands over to the first target
+//!    `replicas` = ISR = T (after an AlterPartition, as the next decision:
+//!    `complete_reassignments`); a leader outside T hands over to the first target
 //!    replica that may lead (a new leader epoch); the leaving replicas hear they
 //!    are no longer replicas and delete their copy;
 //! 3. or **cancel**: back to R (the replicas without the joining ones), the ISR
@@ -152,6 +153,23 @@ impl Controller {
 }
 
 impl Controller {
+    /// Completes every reassignment whose target replicas are all in the ISR now.
+    /// The shell decides it after each committed AlterPartition (which is where a
+    /// joining replica enters the ISR), as a change of its own.
+    pub fn complete_reassignments(&self) -> ControllerResult<()> {
+        let mut draft = self.draft();
+        let reassigning: Vec<TopicPartition> = self
+            .image
+            .partitions()
+            .filter(|(_, p)| p.is_reassigning())
+            .map(|(tp, _)| tp)
+            .collect();
+        for tp in &reassigning {
+            draft.complete_reassignment(tp);
+        }
+        ControllerResult::new((), draft.into_records())
+    }
+
     /// A topic's effective `min.insync.replicas` (1 for an unknown topic).
     fn min_insync_replicas(&self, topic: &str) -> usize {
         self.topic_configs(topic)

@@ -237,6 +237,9 @@ impl Cluster {
         };
         let r = self.c.alter_partition(&req);
         let mut resp = self.commit(r);
+        // The shell's next decision after every AlterPartition.
+        let completed = self.c.complete_reassignments();
+        self.commit(completed);
         resp.topics.remove(0).partitions.remove(0)
     }
 
