@@ -114,37 +114,22 @@ impl Broker {
                 r.forwarded,
                 responder,
             ),
-            Body::ElectLeaders(r) => {
-                let forwarded = r.forwarded;
-                let body = Body::ElectLeaders(pb::ElectLeadersRequest {
-                    forwarded: true,
-                    ..r
-                });
-                self.forward(body, forwarded, responder)
+            // Marked forwarded before it goes on, so that it goes on at most once.
+            Body::ElectLeaders(mut r) => {
+                let forwarded = std::mem::replace(&mut r.forwarded, true);
+                self.forward(Body::ElectLeaders(r), forwarded, responder)
             }
-            Body::AlterTopic(r) => {
-                let forwarded = r.forwarded;
-                let body = Body::AlterTopic(pb::AlterTopicRequest {
-                    forwarded: true,
-                    ..r
-                });
-                self.forward(body, forwarded, responder)
+            Body::AlterTopic(mut r) => {
+                let forwarded = std::mem::replace(&mut r.forwarded, true);
+                self.forward(Body::AlterTopic(r), forwarded, responder)
             }
-            Body::DeleteTopics(r) => {
-                let forwarded = r.forwarded;
-                let body = Body::DeleteTopics(pb::DeleteTopicsRequest {
-                    forwarded: true,
-                    ..r
-                });
-                self.forward(body, forwarded, responder)
+            Body::DeleteTopics(mut r) => {
+                let forwarded = std::mem::replace(&mut r.forwarded, true);
+                self.forward(Body::DeleteTopics(r), forwarded, responder)
             }
-            Body::AlterReassignments(r) => {
-                let forwarded = r.forwarded;
-                let body = Body::AlterReassignments(pb::AlterReassignmentsRequest {
-                    forwarded: true,
-                    ..r
-                });
-                self.forward(body, forwarded, responder)
+            Body::AlterReassignments(mut r) => {
+                let forwarded = std::mem::replace(&mut r.forwarded, true);
+                self.forward(Body::AlterReassignments(r), forwarded, responder)
             }
             Body::Raft(r) => {
                 let Some(controller) = self.controller.clone() else {
