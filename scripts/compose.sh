@@ -54,8 +54,8 @@ stage() {
     command -v ldd >/dev/null || die "ldd not found: it lists the shared libraries the image needs (it comes with glibc)"
 
     echo "==> staging $CONTEXT/rootfs (binaries, shared libraries, configs)"
-    rm -rf "$CONTEXT/rootfs" "$CONTEXT/rootfs-data"
-    mkdir -p "$CONTEXT/rootfs/usr/local/bin" "$CONTEXT/rootfs/etc/syncline" "$CONTEXT/rootfs-data"
+    rm -rf "$CONTEXT/rootfs" "$CONTEXT/rootfs-data" "$CONTEXT/rootfs-credentials"
+    mkdir -p "$CONTEXT/rootfs/usr/local/bin" "$CONTEXT/rootfs/etc/syncline" "$CONTEXT/rootfs-data" "$CONTEXT/rootfs-credentials"
     for b in synclined syncline; do
         # Debug info is most of a release binary's size and is not needed to run.
         if command -v strip >/dev/null; then

@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::BrokerAuth;
 use crate::config::BrokerConfig;
 use crate::controller_client::{
     run_alter_partition, run_lifecycle, BrokerStatus, ControllerChannel,
@@ -38,11 +39,23 @@ pub struct Broker {
     controller: Option<ControllerHandle>,
     channel: Arc<ControllerChannel>,
     status: watch::Receiver<BrokerStatus>,
+    auth: Arc<BrokerAuth>,
+    connections: Arc<crate::server::ConnectionLimits>,
 }
 
 impl Broker {
     pub(crate) fn config(&self) -> &BrokerConfig {
         &self.config
+    }
+
+    /// Open connections against their limits.
+    pub(crate) fn connections(&self) -> &Arc<crate::server::ConnectionLimits> {
+        &self.connections
+    }
+
+    /// This broker's credential and its peers' verifiers.
+    pub(crate) fn auth(&self) -> &BrokerAuth {
+        &self.auth
     }
 
     /// This broker's metrics.
@@ -80,6 +93,13 @@ impl Broker {
                     request.api_version
                 ),
             );
+            return;
+        }
+        let principal = responder.connection().principal();
+        if let Err(why) = crate::auth::authorize(&self.config, &body, principal) {
+            self.metrics.authorization_failures.inc();
+            tracing::debug!(%why, "refused an internal request");
+            responder.send_error(crate::auth::REFUSED, why);
             return;
         }
         match body {
@@ -141,6 +161,11 @@ impl Broker {
                 };
                 tokio::spawn(async move { responder.send(Resp::Raft(controller.raft(r).await)) });
             }
+            // The connection runs these itself, before anything reaches here.
+            Body::SaslHandshake(_) | Body::SaslAuthenticate(_) => responder.send_error(
+                ErrorCode::IllegalSaslState,
+                "SASL requests are answered by the connection",
+            ),
             body @ (Body::AlterPartition(_)
             | Body::BrokerRegistration(_)
             | Body::BrokerHeartbeat(_)) => {
@@ -299,6 +324,7 @@ impl Broker {
             }
         }
         m.leader_count.set(leaders as i64);
+        m.connections.set(self.connections.open() as i64);
         m.partition_count.set(partitions.len() as i64);
         m.under_replicated_partitions.set(under_replicated);
         m.under_min_isr_partition_count.set(under_min);
@@ -443,6 +469,15 @@ pub async fn start_on(
         )
     })?;
 
+    // Every connection this broker opens to another is authenticated as it.
+    let auth = Arc::new(BrokerAuth::load(&config).with_context(|| {
+        format!(
+            "cannot load broker {}'s credential (`broker_credentials_dir`)",
+            config.node_id
+        )
+    })?);
+    let network = auth.network(network);
+
     let addr = listeners[0].local_addr()?;
     let metrics_listener = match &config.metrics_listen {
         Some(m) => Some(
@@ -523,6 +558,11 @@ pub async fn start_on(
         controller,
         channel,
         status: status_rx,
+        auth,
+        connections: crate::server::ConnectionLimits::new(
+            config.max_connections,
+            config.max_connections_per_ip,
+        ),
     });
 
     let mut tasks = Vec::new();

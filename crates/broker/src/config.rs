@@ -187,6 +187,10 @@ struct RawConfig {
     auto_leader_rebalance_enable: Option<bool>,
     leader_imbalance_check_interval_seconds: Option<i64>,
     leader_imbalance_per_broker_percentage: Option<i64>,
+    broker_credentials_dir: Option<String>,
+    fetch_max_bytes: Option<i64>,
+    max_connections: Option<i64>,
+    max_connections_per_ip: Option<i64>,
 }
 
 /// A validated broker configuration.
@@ -361,6 +365,29 @@ pub struct BrokerConfig {
     /// `synclined` contains it too; nothing outside a test can select it).
     #[cfg(feature = "legacy-truncation")]
     pub truncation_rule: TruncationRule,
+    /// Upper bound on the record bytes of one fetch response, whatever the
+    /// request asks (Kafka's `fetch.max.bytes`); a partition's share is capped by
+    /// it too. One batch larger than the rest of the budget still goes out, so a
+    /// reader never stalls. Default 57671680 (55 MiB).
+    pub fetch_max_bytes: usize,
+    /// Connections the broker keeps open at once (Kafka's `max.connections`);
+    /// one more is closed as soon as it is accepted. When the inter-broker
+    /// listener is a listener of its own, its connections do not count against
+    /// it. Default 10000.
+    pub max_connections: usize,
+    /// Connections one client address may keep open at once (Kafka's
+    /// `max.connections.per.ip`). Default 2147483647.
+    pub max_connections_per_ip: usize,
+    /// Where the brokers' credentials are: this broker's secret
+    /// (`broker-N.secret`, created on first start) and every broker's verifier
+    /// (`broker-N.verifier`). Default: `credentials` beside the log dir.
+    pub broker_credentials_dir: PathBuf,
+    /// Serve the internal APIs to unauthenticated connections. Not a config-file
+    /// key, and compiled only with the `unauthenticated-internal-apis` feature,
+    /// which only the end-to-end tests turn on to show what each refused forgery
+    /// would do (as with `truncation_rule`, nothing outside a test can select it).
+    #[cfg(feature = "unauthenticated-internal-apis")]
+    pub unauthenticated_internal_apis: bool,
 }
 
 /// Which replica serves a consumer (KIP-392).
@@ -674,12 +701,22 @@ impl BrokerConfig {
             i32::MAX as i64,
         )? as u64;
 
+        let log_dir = PathBuf::from(log_dirs.trim());
+        let broker_credentials_dir = match raw.broker_credentials_dir.as_deref().map(str::trim) {
+            Some("") => return Err(invalid("broker_credentials_dir", "must not be empty")),
+            Some(dir) => PathBuf::from(dir),
+            None => log_dir
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."))
+                .join("credentials"),
+        };
         Ok(BrokerConfig {
             node_id: raw.node_id,
             cluster_id: raw.cluster_id.unwrap_or_else(|| "syncline".to_string()),
             listeners,
             inter_broker_listener_name,
-            log_dir: PathBuf::from(log_dirs.trim()),
+            log_dir,
             is_controller,
             controller_quorum_voters: voters,
             controller_quorum_election_timeout_ms,
@@ -818,6 +855,30 @@ impl BrokerConfig {
             )? as u32,
             #[cfg(feature = "legacy-truncation")]
             truncation_rule: TruncationRule::LeaderEpoch,
+            broker_credentials_dir,
+            max_connections: in_range(
+                "max_connections",
+                raw.max_connections,
+                10_000,
+                1,
+                i32::MAX as i64,
+            )? as usize,
+            max_connections_per_ip: in_range(
+                "max_connections_per_ip",
+                raw.max_connections_per_ip,
+                i32::MAX as i64,
+                1,
+                i32::MAX as i64,
+            )? as usize,
+            fetch_max_bytes: in_range(
+                "fetch_max_bytes",
+                raw.fetch_max_bytes,
+                57_671_680,
+                1024,
+                i32::MAX as i64,
+            )? as usize,
+            #[cfg(feature = "unauthenticated-internal-apis")]
+            unauthenticated_internal_apis: false,
         })
     }
 
@@ -827,6 +888,15 @@ impl BrokerConfig {
         #[cfg(feature = "legacy-truncation")]
         return self.truncation_rule == TruncationRule::LeaderEpoch;
         #[cfg(not(feature = "legacy-truncation"))]
+        true
+    }
+
+    /// Internal APIs need an authenticated broker: always, except in the tests
+    /// that show what a forgery would do without it.
+    pub fn authenticates_internal_apis(&self) -> bool {
+        #[cfg(feature = "unauthenticated-internal-apis")]
+        return !self.unauthenticated_internal_apis;
+        #[cfg(not(feature = "unauthenticated-internal-apis"))]
         true
     }
 

@@ -35,10 +35,13 @@
 //! - `broker`: the parts of a broker, request dispatch, start and shutdown;
 //!   `server`: connections, framing, responders; [`net`]: the network seam.
 //! - `metadata_cache`: the cluster as this broker knows it.
+//! - `auth`: broker authentication (SCRAM between brokers) and who may use the
+//!   internal APIs.
 //! - [`metrics`], `http`: Prometheus metrics and their endpoint.
 
 #![warn(missing_docs)]
 
+mod auth;
 mod broker;
 pub mod config;
 mod controller_client;

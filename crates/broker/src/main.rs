@@ -11,15 +11,71 @@ use tracing_subscriber::EnvFilter;
 
 /// The syncline broker.
 #[derive(Debug, Parser)]
-#[command(name = "synclined", version, about)]
+#[command(
+    name = "synclined",
+    version,
+    about,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
 struct Args {
     /// The broker's TOML config file (see config/broker-1.toml).
-    #[arg(long, short)]
-    config: PathBuf,
+    #[arg(long, short, required = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Broker credentials (brokers create their own on first start; this makes
+    /// them ahead of time, or replaces one to rotate it).
+    Credentials {
+        #[command(subcommand)]
+        action: Credentials,
+    },
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Credentials {
+    /// Creates a new secret and verifier for each broker given, replacing any:
+    /// restart that broker to use it (its peers read verifiers afresh on each
+    /// authentication).
+    Create {
+        /// The credentials directory (the brokers' `broker_credentials_dir`).
+        #[arg(long)]
+        dir: PathBuf,
+        /// Broker ids, comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        brokers: Vec<i32>,
+    },
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(Command::Credentials {
+        action: Credentials::Create { dir, brokers },
+    }) = args.command
+    {
+        for id in brokers {
+            match syncline_auth::credentials::create(&dir, id) {
+                Ok(_) => println!(
+                    "created {} and {}",
+                    syncline_auth::credentials::secret_path(&dir, id).display(),
+                    syncline_auth::credentials::verifier_path(&dir, id).display()
+                ),
+                Err(e) => {
+                    eprintln!("synclined: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        return ExitCode::SUCCESS;
+    }
+    let Some(config_path) = args.config else {
+        eprintln!("synclined: --config FILE is required");
+        return ExitCode::from(2);
+    };
     // The Raft library warns on every heartbeat a down voter misses; the controller
     // host reports the quorum's state itself. RUST_LOG naming openraft overrides.
     let directives = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into());
@@ -35,7 +91,7 @@ fn main() -> ExitCode {
         // would split `key=value` fields and defeat grep.
         .with_ansi(std::io::stdout().is_terminal())
         .init();
-    let config = match BrokerConfig::load(&args.config) {
+    let config = match BrokerConfig::load(&config_path) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("synclined: {e}");

@@ -86,6 +86,10 @@ pub struct BrokerMetrics {
     bytes_out: Counter,
     pub(crate) partition_isr_size: Family<PartitionLabel, Gauge>,
     pub(crate) partition_max_replica_lag: Family<PartitionLabel, Gauge>,
+    pub(crate) authentication_failures: Counter,
+    pub(crate) authorization_failures: Counter,
+    pub(crate) connections_refused: Counter,
+    pub(crate) connections: Gauge,
 }
 
 impl Default for BrokerMetrics {
@@ -116,11 +120,34 @@ impl BrokerMetrics {
             "AlterPartition proposals the controller refused or that failed",
             failed_isr_updates.clone(),
         );
+        let authentication_failures = Counter::default();
+        registry.register(
+            "authentication_failures",
+            "SASL authentications this broker refused (a peer with a wrong or unknown credential)",
+            authentication_failures.clone(),
+        );
+        let authorization_failures = Counter::default();
+        registry.register(
+            "authorization_failures",
+            "Internal-API requests refused with CLUSTER_AUTHORIZATION_FAILED (not from the broker they claim)",
+            authorization_failures.clone(),
+        );
+        let connections_refused = Counter::default();
+        registry.register(
+            "connections_refused",
+            "Connections closed on accept: max_connections or max_connections_per_ip reached",
+            connections_refused.clone(),
+        );
         let gauge = |registry: &mut Registry, name: &str, help: &str| {
             let g = Gauge::default();
             registry.register(name, help, g.clone());
             g
         };
+        let connections = gauge(
+            &mut registry,
+            "connections",
+            "Client and broker connections open on this broker's listeners",
+        );
         let under_replicated_partitions = gauge(
             &mut registry,
             "under_replicated_partitions",
@@ -292,6 +319,10 @@ impl BrokerMetrics {
             bytes_out,
             partition_isr_size,
             partition_max_replica_lag,
+            authentication_failures,
+            authorization_failures,
+            connections_refused,
+            connections,
         }
     }
 

@@ -320,10 +320,11 @@ impl ReplicaManager {
             push_high_watermark: req.replica_id >= 0
                 && self.config.replica_selector == crate::config::ReplicaSelector::RackAware,
             min_bytes: req.min_bytes.max(0) as u64,
+            // Never more than the broker's cap, whatever the request asks.
             max_bytes: if req.max_bytes <= 0 {
-                usize::MAX
+                self.config.fetch_max_bytes
             } else {
-                req.max_bytes as usize
+                (req.max_bytes as usize).min(self.config.fetch_max_bytes)
             },
         };
         let is_follower = params.is_follower();
@@ -381,7 +382,8 @@ impl ReplicaManager {
                     fetch_offset: e.fetch_offset,
                     current_leader_epoch: e.current_leader_epoch,
                     last_fetched_epoch: e.last_fetched_epoch,
-                    partition_max_bytes: e.partition_max_bytes as usize,
+                    partition_max_bytes: (e.partition_max_bytes as usize)
+                        .min(self.config.fetch_max_bytes),
                     high_watermark_seen: -1,
                 }),
             }

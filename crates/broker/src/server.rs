@@ -7,8 +7,15 @@
 //! [`Responder`]; whoever completes it sends the response through the writer, so
 //! responses may leave in any order (clients match them by correlation id). The
 //! number of requests in flight per connection is bounded (`queued_max_requests`).
+//!
+//! So are the bytes of its fetch responses: before a Fetch is read on, the
+//! connection reserves what its response may hold (its `max_bytes`, capped by
+//! `fetch_max_bytes`, plus one batch) from a budget of `fetch_max_bytes +
+//! message_max_bytes`, and the reservation is released only once the response
+//! has been written to the socket. A client that stops reading therefore stops
+//! being read (TCP pushes back on it) instead of growing the broker's memory.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -19,6 +26,7 @@ use tokio::time::Instant;
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::{Principal, SaslState};
 use crate::broker::Broker;
 use crate::delayed::PendingOp;
 use crate::metrics::ApiMetrics;
@@ -30,13 +38,20 @@ pub(crate) struct ConnectionState {
     /// The name of the listener it arrived on (answers carry that listener's
     /// endpoints).
     pub listener: Arc<str>,
-    tx: mpsc::UnboundedSender<Bytes>,
+    tx: mpsc::UnboundedSender<(Bytes, Option<OwnedSemaphorePermit>)>,
     /// Operations waiting in a purgatory on behalf of this connection: cancelled
     /// when it closes.
     pending: Mutex<Vec<PendingOp>>,
+    /// Who authenticated on it (set once, by the SASL exchange).
+    principal: OnceLock<Principal>,
 }
 
 impl ConnectionState {
+    /// Who the connection authenticated as.
+    pub(crate) fn principal(&self) -> Principal {
+        self.principal.get().copied().unwrap_or_default()
+    }
+
     /// Remembers a waiting operation so that closing the connection cancels it.
     pub(crate) fn track(&self, op: PendingOp) {
         let mut pending = self.pending.lock();
@@ -57,6 +72,8 @@ pub(crate) struct Responder {
     api: Option<Arc<ApiMetrics>>,
     started: Instant,
     _permit: OwnedSemaphorePermit,
+    /// The response bytes reserved for it (fetches): released once written.
+    reserved: Option<OwnedSemaphorePermit>,
 }
 
 impl Responder {
@@ -76,7 +93,7 @@ impl Responder {
             api.observe(self.started.elapsed(), bytes.len());
         }
         // The connection may have closed meanwhile: then nobody wants the answer.
-        let _ = self.conn.tx.send(bytes);
+        let _ = self.conn.tx.send((bytes, self.reserved));
     }
 
     /// Sends an error for a request that could not be served at all.
@@ -103,15 +120,31 @@ pub(crate) async fn serve(
     broker: Arc<Broker>,
     shutdown: CancellationToken,
 ) {
+    let config = broker.config();
+    // Kafka's rule: with a listener of its own, inter-broker connections are
+    // not held to the broker-wide limit (clients cannot crowd the brokers out).
+    let exempt = config.listeners.len() > 1 && *name == *config.inter_broker_listener_name;
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    let slot = match broker.connections().admit(&peer, exempt) {
+                        Ok(slot) => slot,
+                        Err(why) => {
+                            broker.metrics().connections_refused.inc();
+                            tracing::debug!(%peer, why, "connection refused");
+                            drop(stream);
+                            continue;
+                        }
+                    };
                     let broker = broker.clone();
                     let shutdown = shutdown.clone();
                     let name = name.clone();
-                    tokio::spawn(async move { connection(stream, peer, name, broker, shutdown).await });
+                    tokio::spawn(async move {
+                        connection(stream, peer, name, broker, shutdown).await;
+                        drop(slot);
+                    });
                 }
                 Err(e) => {
                     // E.g. out of file descriptors: back off instead of spinning.
@@ -132,28 +165,41 @@ async fn connection(
 ) {
     let max_frame = broker.config().socket_request_max_bytes;
     let (read_half, write_half) = tokio::io::split(stream);
-    let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+    let (tx, mut rx) = mpsc::unbounded_channel::<(Bytes, Option<OwnedSemaphorePermit>)>();
     let conn = Arc::new(ConnectionState {
         listener,
         tx,
         pending: Mutex::new(Vec::new()),
+        principal: OnceLock::new(),
     });
     let writer = tokio::spawn(async move {
         let mut write_half = write_half;
         let mut frames = Vec::with_capacity(frame::MAX_FRAMES_PER_WRITE);
-        while let Some(first) = rx.recv().await {
+        let mut written = Vec::with_capacity(frame::MAX_FRAMES_PER_WRITE);
+        while let Some((first, reserved)) = rx.recv().await {
+            written.push(reserved);
             // Everything already queued goes out in one vectored write.
-            let more = || rx.try_recv().ok();
+            let more = || {
+                rx.try_recv().ok().map(|(bytes, reserved)| {
+                    written.push(reserved);
+                    bytes
+                })
+            };
             if frame::write_queued(&mut write_half, &mut frames, first, more)
                 .await
                 .is_err()
             {
                 break;
             }
+            // Their bytes left this process: the reader may take more fetches.
+            written.clear();
         }
     });
 
     let in_flight = Arc::new(Semaphore::new(broker.config().queued_max_requests));
+    let budget = response_budget(broker.config());
+    let response_bytes = Arc::new(Semaphore::new(budget as usize));
+    let mut sasl = SaslState::default();
     let mut frames = FramedRead::new(read_half, frame::codec(max_frame));
     loop {
         let next = tokio::select! {
@@ -180,6 +226,18 @@ async fn connection(
             _ = shutdown.cancelled() => break,
             p = in_flight.clone().acquire_owned() => p.expect("semaphore is never closed"),
         };
+        let reserved = match &request.body {
+            Some(pb::request::Body::Fetch(f)) => {
+                let want = fetch_reservation(broker.config(), f.max_bytes).min(budget);
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    p = response_bytes.clone().acquire_many_owned(want) => {
+                        Some(p.expect("semaphore is never closed"))
+                    }
+                }
+            }
+            _ => None,
+        };
         let api = request
             .body
             .as_ref()
@@ -190,7 +248,28 @@ async fn connection(
             api,
             started: Instant::now(),
             _permit: permit,
+            reserved,
         };
+        if let Some(
+            body @ (pb::request::Body::SaslHandshake(_) | pb::request::Body::SaslAuthenticate(_)),
+        ) = request.body
+        {
+            // Inline, so that the next request on the connection already sees
+            // the principal.
+            let step = sasl.step(broker.auth(), body, &peer);
+            if step.close {
+                broker.metrics().authentication_failures.inc();
+            }
+            if let Some(principal) = step.authenticated {
+                let _ = conn.principal.set(principal);
+                tracing::debug!(%peer, %principal, "authenticated");
+            }
+            responder.send(step.response);
+            if step.close {
+                break;
+            }
+            continue;
+        }
         broker.handle(request, responder);
     }
     let pending = std::mem::take(&mut *conn.pending.lock());
@@ -202,5 +281,132 @@ async fn connection(
     // completed requests queued); on shutdown nobody waits for it.
     if shutdown.is_cancelled() {
         writer.abort();
+    }
+}
+
+/// The bytes of fetch responses one connection may have reserved or queued.
+fn response_budget(config: &crate::config::BrokerConfig) -> u32 {
+    (config.fetch_max_bytes + config.message_max_bytes).min(u32::MAX as usize) as u32
+}
+
+/// What a fetch asking for `max_bytes` may put in its response: the capped
+/// request plus one batch past it.
+fn fetch_reservation(config: &crate::config::BrokerConfig, max_bytes: i32) -> u32 {
+    let asked = if max_bytes <= 0 {
+        config.fetch_max_bytes
+    } else {
+        (max_bytes as usize).min(config.fetch_max_bytes)
+    };
+    (asked + config.message_max_bytes).min(u32::MAX as usize) as u32
+}
+
+/// Open connections, broker-wide and per client address, against
+/// `max_connections` and `max_connections_per_ip`.
+#[derive(Debug)]
+pub(crate) struct ConnectionLimits {
+    max: usize,
+    max_per_ip: usize,
+    open: Mutex<(usize, std::collections::HashMap<String, usize>)>,
+}
+
+/// One admitted connection: gives its place back when dropped.
+#[derive(Debug)]
+pub(crate) struct ConnectionSlot {
+    limits: Arc<ConnectionLimits>,
+    ip: String,
+}
+
+impl ConnectionLimits {
+    pub(crate) fn new(max: usize, max_per_ip: usize) -> Arc<ConnectionLimits> {
+        Arc::new(ConnectionLimits {
+            max,
+            max_per_ip,
+            open: Mutex::new((0, std::collections::HashMap::new())),
+        })
+    }
+
+    /// Admits a connection from `peer` ("ip:port"), unless a limit is reached
+    /// (`exempt`: only the per-address one applies).
+    pub(crate) fn admit(
+        self: &Arc<Self>,
+        peer: &str,
+        exempt: bool,
+    ) -> Result<ConnectionSlot, &'static str> {
+        let ip = match peer.parse::<std::net::SocketAddr>() {
+            Ok(a) => a.ip().to_string(),
+            Err(_) => peer.to_string(),
+        };
+        let mut open = self.open.lock();
+        if !exempt && open.0 >= self.max {
+            return Err("max_connections reached");
+        }
+        let from_ip = open.1.get(&ip).copied().unwrap_or(0);
+        if from_ip >= self.max_per_ip {
+            return Err("max_connections_per_ip reached");
+        }
+        open.0 += 1;
+        open.1.insert(ip.clone(), from_ip + 1);
+        Ok(ConnectionSlot {
+            limits: self.clone(),
+            ip,
+        })
+    }
+
+    /// Connections open now.
+    pub(crate) fn open(&self) -> usize {
+        self.open.lock().0
+    }
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        let mut open = self.limits.open.lock();
+        open.0 -= 1;
+        if let Some(n) = open.1.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.1.remove(&self.ip);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_count_per_broker_and_per_address_and_free_on_drop() {
+        let limits = ConnectionLimits::new(3, 2);
+        let a1 = limits.admit("10.0.0.1:1000", false).unwrap();
+        let _a2 = limits.admit("10.0.0.1:1001", false).unwrap();
+        assert_eq!(
+            limits.admit("10.0.0.1:1002", false).unwrap_err(),
+            "max_connections_per_ip reached"
+        );
+        let _b1 = limits.admit("10.0.0.2:1000", false).unwrap();
+        assert_eq!(
+            limits.admit("10.0.0.3:1000", false).unwrap_err(),
+            "max_connections reached"
+        );
+        // The inter-broker listener of its own is held to the per-address limit only.
+        let _c1 = limits.admit("10.0.0.3:1000", true).unwrap();
+        assert_eq!(limits.open(), 4);
+        drop(a1);
+        assert_eq!(limits.open(), 3);
+        let _a3 = limits.admit("10.0.0.1:1003", true).unwrap();
+        assert!(limits.admit("10.0.0.1:1004", true).is_err());
+    }
+
+    #[test]
+    fn a_fetch_reserves_its_capped_size_plus_one_batch() {
+        let config = crate::config::BrokerConfig::parse(
+            "node_id = 1\nprocess_roles = \"broker,controller\"\nlog_dirs = \"/tmp/x/b\"\ncontroller_quorum_voters = \"1@127.0.0.1:9092\"\nfetch_max_bytes = 10000\nmessage_max_bytes = 1000",
+        )
+        .unwrap();
+        assert_eq!(response_budget(&config), 11_000);
+        assert_eq!(fetch_reservation(&config, 500), 1_500);
+        assert_eq!(fetch_reservation(&config, 0), 11_000);
+        assert_eq!(fetch_reservation(&config, i32::MAX), 11_000);
     }
 }

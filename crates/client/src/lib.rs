@@ -62,6 +62,7 @@
 //!   `buffer` (`buffer_memory`), `partitioner`, `sender` (the background task:
 //!   requests, retries, completions).
 //! - `consumer`: assign, seek, poll.
+//! - `sasl`: authenticating a fresh stream (SaslHandshake, SaslAuthenticate).
 
 #![warn(missing_docs)]
 
@@ -74,6 +75,7 @@ pub mod metadata;
 pub mod partitioner;
 pub mod producer;
 pub mod record;
+pub mod sasl;
 
 mod accumulator;
 mod buffer;

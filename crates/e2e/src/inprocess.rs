@@ -35,6 +35,9 @@ pub struct Options {
     pub racks: bool,
     /// Brokers `1..=voters` are the controller voters; 0 means broker 1 alone.
     pub voters: usize,
+    /// Serve the internal APIs to any connection (the test-only switch that
+    /// shows what broker authentication prevents).
+    pub unauthenticated_internal_apis: bool,
 }
 
 fn config_text(
@@ -113,6 +116,7 @@ impl TestCluster {
         };
         let mut config = BrokerConfig::parse(&text).unwrap();
         config.truncation_rule = self.options.truncation_rule;
+        config.unauthenticated_internal_apis = self.options.unauthenticated_internal_apis;
         config
     }
 
@@ -203,6 +207,11 @@ impl TestCluster {
         self.brokers[id as usize - 1]
             .as_ref()
             .expect("broker running")
+    }
+
+    /// The brokers' credentials directory (the default: beside their log dirs).
+    pub fn credentials_dir(&self) -> std::path::PathBuf {
+        self.dir.path().join("credentials")
     }
 
     pub async fn connect(&self, id: i32) -> Connection {

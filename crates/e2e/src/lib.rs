@@ -332,6 +332,20 @@ impl Cluster {
         Ok(tokio::time::timeout(Duration::from_secs(10), conn.send(body)).await??)
     }
 
+    /// The directory of the brokers' credentials (the default: beside the data
+    /// directories).
+    pub fn credentials_dir(&self) -> PathBuf {
+        self.dir.path().join("credentials")
+    }
+
+    /// Sends a request to broker `id` on a connection authenticated as broker
+    /// `as_broker` (with its real credential), with a timeout.
+    pub async fn request_as(&self, id: i32, as_broker: i32, body: Body) -> anyhow::Result<Resp> {
+        let conn =
+            connect_as_broker(&self.node(id).addr(), &self.credentials_dir(), as_broker).await?;
+        Ok(tokio::time::timeout(Duration::from_secs(10), conn.send(body)).await??)
+    }
+
     /// DescribeCluster from any running broker.
     pub async fn describe_cluster(&self, via: i32) -> anyhow::Result<pb::DescribeClusterResponse> {
         match self
@@ -574,6 +588,37 @@ impl Drop for Cluster {
             }
         }
     }
+}
+
+/// A connection to `addr` authenticated as broker `broker` with its secret in
+/// `credentials_dir`, as that broker's own connections are.
+pub async fn connect_as_broker(
+    addr: &str,
+    credentials_dir: &std::path::Path,
+    broker: i32,
+) -> anyhow::Result<Connection> {
+    let password = std::fs::read_to_string(syncline_auth::credentials::secret_path(
+        credentials_dir,
+        broker,
+    ))?;
+    let credential = std::sync::Arc::new(syncline_auth::ClientCredential::new(
+        syncline_auth::credentials::username(broker),
+        password.trim(),
+    ));
+    let mut stream =
+        tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(addr))
+            .await??;
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        syncline_client::sasl::authenticate(
+            &mut stream,
+            syncline_auth::Mechanism::ScramSha256,
+            credential,
+            "e2e",
+        ),
+    )
+    .await??;
+    Ok(Connection::from_stream(stream, addr, "e2e", 100 << 20))
 }
 
 #[cfg(test)]

@@ -172,7 +172,8 @@ async fn a_paused_controller_is_deposed_and_its_stale_epoch_is_refused() {
     // I7/I8 as every broker saw it: one leader per partition and epoch.
     finish_and_verify(&cluster, TOPIC, PARTITIONS, MIN_ISR as usize, load, watch).await;
     // What the zombie could still send is refused: an announcement of its old
-    // epoch changes nothing on any broker.
+    // epoch, on a connection authenticated as the zombie, changes nothing on any
+    // broker.
     for id in 1..=3 {
         let stale = Body::LeaderAndIsr(pb::LeaderAndIsrRequest {
             controller_id: zombie,
@@ -181,7 +182,7 @@ async fn a_paused_controller_is_deposed_and_its_stale_epoch_is_refused() {
             full: true,
             ..Default::default()
         });
-        match cluster.request(id, stale).await.unwrap() {
+        match cluster.request_as(id, zombie, stale).await.unwrap() {
             Resp::LeaderAndIsr(r) => assert_eq!(
                 ErrorCode::from_wire(r.error_code),
                 ErrorCode::StaleControllerEpoch,

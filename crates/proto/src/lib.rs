@@ -122,11 +122,13 @@ pub fn api_name(body: &pb::request::Body) -> &'static str {
         Body::AlterTopic(_) => "AlterTopic",
         Body::AlterReassignments(_) => "AlterReassignments",
         Body::DeleteTopics(_) => "DeleteTopics",
+        Body::SaslHandshake(_) => "SaslHandshake",
+        Body::SaslAuthenticate(_) => "SaslAuthenticate",
     }
 }
 
 /// Every API name, in key order (for pre-registering metrics).
-pub const API_NAMES: [&str; 18] = [
+pub const API_NAMES: [&str; 20] = [
     "Produce",
     "Fetch",
     "ListOffsets",
@@ -145,4 +147,6 @@ pub const API_NAMES: [&str; 18] = [
     "AlterTopic",
     "AlterReassignments",
     "DeleteTopics",
+    "SaslHandshake",
+    "SaslAuthenticate",
 ];
