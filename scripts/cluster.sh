@@ -11,7 +11,9 @@
 #                                  followed while the output is a terminal
 #
 # Files: data/broker-N (partition logs; broker 1 also keeps the metadata log
-# there), data/logs/broker-N.log, data/run/broker-N.pid. `up` is idempotent: a
+# there), data/credentials/ (each broker's secret and verifier, made by the
+# broker on its first start: brokers authenticate each other),
+# data/logs/broker-N.log, data/run/broker-N.pid. `up` is idempotent: a
 # broker that is already running is left alone. Remove data/ (after `down`) to
 # start from an empty cluster.
 #

@@ -181,7 +181,7 @@ impl SaslState {
                     }
                     _ => (ErrorCode::IllegalSaslState, SaslState::Done),
                 };
-                let close = next == SaslState::Done;
+                let close = matches!(next, SaslState::Done);
                 *self = next;
                 SaslStep {
                     response: Resp::SaslHandshake(pb::SaslHandshakeResponse {
@@ -253,15 +253,6 @@ impl SaslState {
             }
             _ => unreachable!("only SASL requests are stepped"),
         }
-    }
-}
-
-impl PartialEq for SaslState {
-    fn eq(&self, other: &Self) -> bool {
-        matches!(
-            (self, other),
-            (SaslState::Start, SaslState::Start) | (SaslState::Done, SaslState::Done)
-        ) || matches!((self, other), (SaslState::Handshaken(a), SaslState::Handshaken(b)) if a == b)
     }
 }
 
@@ -432,6 +423,95 @@ mod tests {
                 authorize(&c, &body, principal)
             );
         }
+    }
+
+    fn handshake(mechanism: &str) -> pb::request::Body {
+        pb::request::Body::SaslHandshake(pb::SaslHandshakeRequest {
+            mechanism: mechanism.into(),
+        })
+    }
+
+    fn authenticate(bytes: Vec<u8>) -> pb::request::Body {
+        pb::request::Body::SaslAuthenticate(pb::SaslAuthenticateRequest {
+            auth_bytes: Bytes::from(bytes),
+        })
+    }
+
+    fn code(step: &SaslStep) -> ErrorCode {
+        match &step.response {
+            pb::response::Body::SaslHandshake(r) => ErrorCode::from_wire(r.error_code),
+            pb::response::Body::SaslAuthenticate(r) => ErrorCode::from_wire(r.error_code),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    fn reply(step: &SaslStep) -> Vec<u8> {
+        match &step.response {
+            pb::response::Body::SaslAuthenticate(r) => r.auth_bytes.to_vec(),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    /// Runs a whole exchange as `username` with `password`: the last step.
+    fn exchange(auth: &BrokerAuth, username: &str, password: &str) -> (SaslStep, SaslState) {
+        let mut state = SaslState::default();
+        let step = state.step(auth, handshake("SCRAM-SHA-256"), "peer");
+        assert_eq!(code(&step), ErrorCode::None);
+        let credential = Arc::new(ClientCredential::new(username, password));
+        let (mut client, first) = syncline_auth::ScramClient::start(BROKER_MECHANISM, credential);
+        let step = state.step(auth, authenticate(first), "peer");
+        if code(&step) != ErrorCode::None {
+            return (step, state);
+        }
+        let last = client.server_first(&reply(&step)).unwrap();
+        let step = state.step(auth, authenticate(last), "peer");
+        if step.authenticated.is_some() {
+            client
+                .server_final(&reply(&step))
+                .expect("the server proves itself");
+        }
+        (step, state)
+    }
+
+    #[test]
+    fn the_sasl_exchange_authenticates_a_broker_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let creds = dir.path().join("credentials");
+        let auth = BrokerAuth::load(&config(&format!(
+            "broker_credentials_dir = \"{}\"",
+            creds.display()
+        )))
+        .unwrap();
+        let two = credentials::ensure(&creds, 2).unwrap();
+
+        let (step, mut state) = exchange(&auth, "broker-2", &two);
+        assert_eq!(step.authenticated, Some(Principal::Broker(2)));
+        assert!(!step.close);
+        // Once only: a second handshake ends the connection.
+        let again = state.step(&auth, handshake("SCRAM-SHA-256"), "peer");
+        assert_eq!(code(&again), ErrorCode::IllegalSaslState);
+        assert!(again.close);
+
+        // A wrong password, a broker without a verifier, a user that is no broker.
+        for (user, password) in [("broker-2", "wrong"), ("broker-9", "x"), ("admin", "x")] {
+            let (step, _) = exchange(&auth, user, password);
+            assert_eq!(code(&step), ErrorCode::SaslAuthenticationFailed, "{user}");
+            assert!(step.close && step.authenticated.is_none(), "{user}");
+        }
+
+        // An unknown mechanism may be retried; SaslAuthenticate first may not.
+        let mut state = SaslState::default();
+        let step = state.step(&auth, handshake("PLAIN"), "peer");
+        assert_eq!(code(&step), ErrorCode::UnsupportedSaslMechanism);
+        assert!(!step.close);
+        let step = state.step(&auth, authenticate(b"n,,n=broker-2,r=abc".to_vec()), "peer");
+        assert_eq!(code(&step), ErrorCode::IllegalSaslState);
+        assert!(step.close);
+        // Garbage in place of client-first.
+        let mut state = SaslState::default();
+        let _ = state.step(&auth, handshake("SCRAM-SHA-256"), "peer");
+        let step = state.step(&auth, authenticate(vec![0xff, 0, 1]), "peer");
+        assert_eq!(code(&step), ErrorCode::SaslAuthenticationFailed);
     }
 
     #[test]

@@ -324,7 +324,6 @@ impl Broker {
             }
         }
         m.leader_count.set(leaders as i64);
-        m.connections.set(self.connections.open() as i64);
         m.partition_count.set(partitions.len() as i64);
         m.under_replicated_partitions.set(under_replicated);
         m.under_min_isr_partition_count.set(under_min);
@@ -562,6 +561,7 @@ pub async fn start_on(
         connections: crate::server::ConnectionLimits::new(
             config.max_connections,
             config.max_connections_per_ip,
+            metrics.connections.clone(),
         ),
     });
 

@@ -665,6 +665,11 @@ impl ReplicaManager {
         if broker_epoch < 0 || req.broker_epoch != broker_epoch {
             return refuse(ErrorCode::StaleBrokerEpoch);
         }
+        // Names become directory names: a bad one is refused before any path.
+        if let Err(why) = check_names(req) {
+            tracing::warn!(error = %why, "refused a LeaderAndIsr naming an invalid partition");
+            return refuse(ErrorCode::InvalidTopicException);
+        }
         let applied = self.metadata.apply(req);
         tracing::debug!(
             full = req.full,
@@ -953,11 +958,61 @@ pub(crate) fn delete_leftovers(log_dir: &std::path::Path) -> std::io::Result<()>
     Ok(())
 }
 
+/// Every topic name in `req` is a valid one, every partition index >= 0.
+fn check_names(req: &pb::LeaderAndIsrRequest) -> Result<(), String> {
+    let names = req
+        .topics
+        .iter()
+        .map(|t| t.name.as_str())
+        .chain(req.partition_states.iter().map(|p| p.topic.as_str()))
+        .chain(req.deleted_topics.iter().map(|t| t.name.as_str()));
+    for name in names {
+        syncline_proto::validate_topic_name(name)?;
+    }
+    match req.partition_states.iter().find(|p| p.partition < 0) {
+        Some(p) => Err(format!("{}: negative partition {}", p.topic, p.partition)),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::net::Tcp;
     use tokio_util::sync::CancellationToken;
+
+    #[test]
+    fn leader_and_isr_names_are_checked_before_they_become_paths() {
+        let state = |topic: &str, partition| pb::PartitionState {
+            topic: topic.into(),
+            partition,
+            ..Default::default()
+        };
+        let request =
+            |states: Vec<pb::PartitionState>, deleted: Option<&str>| pb::LeaderAndIsrRequest {
+                partition_states: states,
+                deleted_topics: deleted
+                    .map(|name| pb::DeletedTopic {
+                        name: name.into(),
+                        topic_id: 1,
+                    })
+                    .into_iter()
+                    .collect(),
+                ..Default::default()
+            };
+        assert!(check_names(&request(vec![state("orders", 0)], Some("old"))).is_ok());
+        for bad in ["../../etc", "a/b", "..", "", &"x".repeat(250)] {
+            assert!(
+                check_names(&request(vec![state(bad, 0)], None)).is_err(),
+                "{bad:?}"
+            );
+            assert!(
+                check_names(&request(vec![], Some(bad))).is_err(),
+                "deleted {bad:?}"
+            );
+        }
+        assert!(check_names(&request(vec![state("orders", -1)], None)).is_err());
+    }
 
     /// A replica manager for broker 1 whose AlterPartition sender is `isr_requests`.
     fn replica_manager(

@@ -307,6 +307,8 @@ pub(crate) struct ConnectionLimits {
     max: usize,
     max_per_ip: usize,
     open: Mutex<(usize, std::collections::HashMap<String, usize>)>,
+    /// `syncline_connections`, kept equal to the count.
+    gauge: prometheus_client::metrics::gauge::Gauge,
 }
 
 /// One admitted connection: gives its place back when dropped.
@@ -317,11 +319,16 @@ pub(crate) struct ConnectionSlot {
 }
 
 impl ConnectionLimits {
-    pub(crate) fn new(max: usize, max_per_ip: usize) -> Arc<ConnectionLimits> {
+    pub(crate) fn new(
+        max: usize,
+        max_per_ip: usize,
+        gauge: prometheus_client::metrics::gauge::Gauge,
+    ) -> Arc<ConnectionLimits> {
         Arc::new(ConnectionLimits {
             max,
             max_per_ip,
             open: Mutex::new((0, std::collections::HashMap::new())),
+            gauge,
         })
     }
 
@@ -346,6 +353,7 @@ impl ConnectionLimits {
         }
         open.0 += 1;
         open.1.insert(ip.clone(), from_ip + 1);
+        self.gauge.set(open.0 as i64);
         Ok(ConnectionSlot {
             limits: self.clone(),
             ip,
@@ -353,6 +361,7 @@ impl ConnectionLimits {
     }
 
     /// Connections open now.
+    #[cfg(test)]
     pub(crate) fn open(&self) -> usize {
         self.open.lock().0
     }
@@ -362,6 +371,7 @@ impl Drop for ConnectionSlot {
     fn drop(&mut self) {
         let mut open = self.limits.open.lock();
         open.0 -= 1;
+        self.limits.gauge.set(open.0 as i64);
         if let Some(n) = open.1.get_mut(&self.ip) {
             *n -= 1;
             if *n == 0 {
@@ -377,7 +387,8 @@ mod tests {
 
     #[test]
     fn limits_count_per_broker_and_per_address_and_free_on_drop() {
-        let limits = ConnectionLimits::new(3, 2);
+        let gauge = prometheus_client::metrics::gauge::Gauge::default();
+        let limits = ConnectionLimits::new(3, 2, gauge.clone());
         let a1 = limits.admit("10.0.0.1:1000", false).unwrap();
         let _a2 = limits.admit("10.0.0.1:1001", false).unwrap();
         assert_eq!(
@@ -391,9 +402,9 @@ mod tests {
         );
         // The inter-broker listener of its own is held to the per-address limit only.
         let _c1 = limits.admit("10.0.0.3:1000", true).unwrap();
-        assert_eq!(limits.open(), 4);
+        assert_eq!((limits.open(), gauge.get()), (4, 4));
         drop(a1);
-        assert_eq!(limits.open(), 3);
+        assert_eq!((limits.open(), gauge.get()), (3, 3));
         let _a3 = limits.admit("10.0.0.1:1003", true).unwrap();
         assert!(limits.admit("10.0.0.1:1004", true).is_err());
     }

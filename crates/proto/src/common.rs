@@ -5,6 +5,36 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The longest topic name (Kafka's: a partition directory `name-N` must fit a
+/// file name).
+pub const MAX_TOPIC_NAME_LEN: usize = 249;
+
+/// Kafka's topic name rules: 1..=249 characters of `[a-zA-Z0-9._-]`, not `.`
+/// or `..`. A name that passes is safe as a directory name; `Err` says why not.
+pub fn validate_topic_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("topic name is empty".to_owned());
+    }
+    if name == "." || name == ".." {
+        return Err(format!("topic name cannot be {name:?}"));
+    }
+    if name.len() > MAX_TOPIC_NAME_LEN {
+        return Err(format!(
+            "topic name is {} characters long; the maximum is {MAX_TOPIC_NAME_LEN}",
+            name.len()
+        ));
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    {
+        return Err(format!(
+            "topic name {name:?} contains characters other than ASCII alphanumerics, '.', '_' and '-'"
+        ));
+    }
+    Ok(())
+}
+
 /// A topic partition by name and index; cheap to clone (the topic is shared).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TopicPartition {

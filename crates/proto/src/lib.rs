@@ -12,7 +12,9 @@ pub mod batch;
 mod common;
 pub mod frame;
 
-pub use common::{wall_clock_ms, Backoff, EpochEndOffset, TopicPartition};
+pub use common::{
+    validate_topic_name, wall_clock_ms, Backoff, EpochEndOffset, TopicPartition, MAX_TOPIC_NAME_LEN,
+};
 
 /// Generated protobuf messages (package `syncline.v1`).
 #[allow(missing_docs, unreachable_pub, clippy::all)]

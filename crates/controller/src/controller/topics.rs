@@ -18,7 +18,7 @@ pub const MAX_PARTITIONS_PER_REQUEST: usize = 10_000;
 
 /// Kafka's limit on topic name length (so that `<topic>-<partition>` directory names
 /// stay within file system limits).
-pub const MAX_TOPIC_NAME_LEN: usize = 249;
+pub use syncline_proto::MAX_TOPIC_NAME_LEN;
 
 /// A topic that passed validation.
 struct NewTopic {
@@ -232,28 +232,7 @@ pub(super) fn new_partition_records(
     })
 }
 
-/// Kafka's topic name rules: 1..=249 characters of `[a-zA-Z0-9._-]`, not `.` or `..`.
+/// Kafka's topic name rules (see [`syncline_proto::validate_topic_name`]).
 fn validate_topic_name(name: &str) -> Result<(), Refusal> {
-    let refuse = |why: String| Err((ErrorCode::InvalidTopicException, why));
-    if name.is_empty() {
-        return refuse("topic name is empty".to_owned());
-    }
-    if name == "." || name == ".." {
-        return refuse(format!("topic name cannot be {name:?}"));
-    }
-    if name.len() > MAX_TOPIC_NAME_LEN {
-        return refuse(format!(
-            "topic name is {} characters long; the maximum is {MAX_TOPIC_NAME_LEN}",
-            name.len()
-        ));
-    }
-    if !name
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-    {
-        return refuse(format!(
-            "topic name {name:?} contains characters other than ASCII alphanumerics, '.', '_' and '-'"
-        ));
-    }
-    Ok(())
+    syncline_proto::validate_topic_name(name).map_err(|why| (ErrorCode::InvalidTopicException, why))
 }
