@@ -314,9 +314,6 @@ pub(crate) fn authorize(
     }
 }
 
-/// The refusal of a request [`authorize`] turned down.
-pub(crate) const REFUSED: ErrorCode = ErrorCode::ClusterAuthorizationFailed;
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -99,7 +99,7 @@ impl Broker {
         if let Err(why) = crate::auth::authorize(&self.config, &body, principal) {
             self.metrics.authorization_failures.inc();
             tracing::debug!(%why, "refused an internal request");
-            responder.send_error(crate::auth::REFUSED, why);
+            responder.send_error(ErrorCode::ClusterAuthorizationFailed, why);
             return;
         }
         match body {

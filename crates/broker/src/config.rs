@@ -891,6 +891,15 @@ impl BrokerConfig {
         true
     }
 
+    /// The record bytes a fetch asking for `max_bytes` gets at most: its ask
+    /// (<= 0: no limit of its own), capped by `fetch_max_bytes`.
+    pub fn fetch_bytes_cap(&self, max_bytes: i32) -> usize {
+        match usize::try_from(max_bytes) {
+            Ok(asked) if asked > 0 => asked.min(self.fetch_max_bytes),
+            _ => self.fetch_max_bytes,
+        }
+    }
+
     /// Internal APIs need an authenticated broker: always, except in the tests
     /// that show what a forgery would do without it.
     pub fn authenticates_internal_apis(&self) -> bool {

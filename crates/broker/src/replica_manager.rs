@@ -321,11 +321,7 @@ impl ReplicaManager {
                 && self.config.replica_selector == crate::config::ReplicaSelector::RackAware,
             min_bytes: req.min_bytes.max(0) as u64,
             // Never more than the broker's cap, whatever the request asks.
-            max_bytes: if req.max_bytes <= 0 {
-                self.config.fetch_max_bytes
-            } else {
-                (req.max_bytes as usize).min(self.config.fetch_max_bytes)
-            },
+            max_bytes: self.config.fetch_bytes_cap(req.max_bytes),
         };
         let is_follower = params.is_follower();
         let select_by_rack = params.allow_follower_read
