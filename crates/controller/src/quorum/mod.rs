@@ -267,6 +267,11 @@ impl Quorum {
             // Purge right behind each snapshot: a voter that is further behind gets
             // the (small) snapshot instead.
             max_in_snapshot_log_to_keep: 0,
+            // Retry an unreachable voter every heartbeat, not on openraft's
+            // default backoff (200 ms doubling to 1 s): after a short cut that
+            // would keep the leader silent for about an election timeout, and
+            // the healed followers would elect a new leader for nothing.
+            backoff: format!("{hb}ms ..{hb}ms", hb = config.heartbeat_interval_ms),
             ..Config::default()
         }
         .validate()
