@@ -172,6 +172,8 @@ struct RawConfig {
     replica_fetch_response_max_bytes: Option<i64>,
     replica_fetch_backoff_ms: Option<i64>,
     num_replica_fetchers: Option<i64>,
+    leader_replication_throttled_rate: Option<i64>,
+    follower_replication_throttled_rate: Option<i64>,
     max_incremental_fetch_session_cache_slots: Option<i64>,
     replica_selector: Option<String>,
     replica_high_watermark_checkpoint_interval_ms: Option<i64>,
@@ -305,6 +307,15 @@ pub struct BrokerConfig {
     /// Fetcher tasks per source leader broker (Kafka's `num.replica.fetchers`).
     /// Default 1.
     pub num_replica_fetchers: usize,
+    /// Bytes a second this broker, as a leader, sends to the replicas reassignments
+    /// are adding while they are out of the ISR (Kafka's
+    /// `leader.replication.throttled.rate`; see [`crate::quota`]). `None`
+    /// (absent, or Kafka's default 9223372036854775807): unthrottled.
+    pub leader_replication_throttled_rate: Option<u64>,
+    /// Bytes a second this broker, as a replica being added by a reassignment and
+    /// out of the ISR, fetches (Kafka's `follower.replication.throttled.rate`).
+    /// `None`: unthrottled.
+    pub follower_replication_throttled_rate: Option<u64>,
     /// Incremental fetch sessions (KIP-227) the broker keeps for fetchers and
     /// consumers, least recently used evicted first; 0 declines them (Kafka's
     /// `max.incremental.fetch.session.cache.slots`). Default 1000.
@@ -430,6 +441,18 @@ fn in_range(
         ));
     }
     Ok(v)
+}
+
+/// A replication throttle: absent or `i64::MAX` (Kafka's default) is none.
+fn throttled_rate(key: &'static str, value: Option<i64>) -> Result<Option<u64>, ConfigError> {
+    match value {
+        None | Some(i64::MAX) => Ok(None),
+        Some(v) if v >= 1 => Ok(Some(v as u64)),
+        Some(v) => Err(invalid(
+            key,
+            format!("{v} must be a rate in bytes a second of at least 1 (absent: unthrottled)"),
+        )),
+    }
 }
 
 /// -1 (or absent) means "never": u64::MAX.
@@ -820,6 +843,14 @@ impl BrokerConfig {
                 1,
                 64,
             )? as usize,
+            leader_replication_throttled_rate: throttled_rate(
+                "leader_replication_throttled_rate",
+                raw.leader_replication_throttled_rate,
+            )?,
+            follower_replication_throttled_rate: throttled_rate(
+                "follower_replication_throttled_rate",
+                raw.follower_replication_throttled_rate,
+            )?,
             replica_high_watermark_checkpoint_interval_ms: in_range(
                 "replica_high_watermark_checkpoint_interval_ms",
                 raw.replica_high_watermark_checkpoint_interval_ms,
@@ -984,6 +1015,23 @@ mod tests {
         assert_eq!(c.flush_messages, u64::MAX);
         assert!(!c.unclean_leader_election_enable);
         assert_eq!(c.log_dir, PathBuf::from("data/broker-1"));
+        assert_eq!(c.leader_replication_throttled_rate, None);
+        assert_eq!(c.follower_replication_throttled_rate, None);
+    }
+
+    #[test]
+    fn replication_throttles_are_rates_or_kafkas_unthrottled_maximum() {
+        let parse = |extra: &str| BrokerConfig::parse(&format!("{MINIMAL}\n{extra}"));
+        let c = parse("leader_replication_throttled_rate = 1048576").unwrap();
+        assert_eq!(c.leader_replication_throttled_rate, Some(1_048_576));
+        let c = parse("follower_replication_throttled_rate = 9223372036854775807").unwrap();
+        assert_eq!(c.follower_replication_throttled_rate, None);
+        for bad in ["0", "-1"] {
+            let err = parse(&format!("follower_replication_throttled_rate = {bad}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("follower_replication_throttled_rate"), "{err}");
+        }
     }
 
     #[test]

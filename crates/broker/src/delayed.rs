@@ -11,8 +11,9 @@ use syncline_proto::{pb, ErrorCode};
 use syncline_purgatory::{Completion, DelayedOperation, OpHandle};
 
 use crate::fetch_session::{FetchSessionCache, SessionContext};
-use crate::metrics::BrokerMetrics;
+use crate::metrics::{BrokerMetrics, ThrottleSide};
 use crate::partition::{FetchReadiness, Partition, ProduceCheck};
+use crate::quota::ReplicationQuota;
 use crate::server::Responder;
 
 /// A waiting operation of some connection, to cancel when it closes.
@@ -71,6 +72,17 @@ pub(crate) struct FetchPartitionStatus {
     /// `push_high_watermark`, a follower fetch waiting in the purgatory is answered
     /// as soon as it moves.
     pub high_watermark_seen: i64,
+    /// The leader's replication throttle, when this follower's replication of the
+    /// partition is throttled ([`crate::quota`]): while it is exceeded, the
+    /// partition is answered without records and its bytes do not end the wait.
+    pub throttle: Option<Arc<ReplicationQuota>>,
+}
+
+impl FetchPartitionStatus {
+    /// Whether the throttle holds this partition's records back at `now`.
+    fn held_back(&self, now: tokio::time::Instant) -> bool {
+        self.throttle.as_ref().is_some_and(|q| q.is_exceeded(now))
+    }
 }
 
 /// A partition read without error: under which leader epoch, and the leader's LEO
@@ -91,6 +103,18 @@ pub(crate) struct ReadSummary {
     /// For a follower fetch, per status in order: where it was read (None: refused,
     /// or diverging). Empty for consumers, who record no progress.
     pub points: Vec<Option<ReadPoint>>,
+    /// Of `bytes`, those of throttled partitions.
+    pub throttled_bytes: usize,
+}
+
+impl ReadSummary {
+    /// Counts what this read sends.
+    pub(crate) fn count(&self, metrics: &BrokerMetrics) {
+        metrics.bytes_out(self.bytes);
+        if self.throttled_bytes > 0 {
+            metrics.throttled_replication_bytes(ThrottleSide::Leader, self.throttled_bytes);
+        }
+    }
 }
 
 /// Reads every resolved partition of a fetch into `response` (whose entries for
@@ -102,6 +126,8 @@ pub(crate) fn read_partitions(
     response: &mut pb::FetchResponse,
 ) -> ReadSummary {
     let mut total = 0usize;
+    let mut throttled_bytes = 0usize;
+    let now = tokio::time::Instant::now();
     let follower = params.is_follower();
     let mut points = Vec::with_capacity(if follower { statuses.len() } else { 0 });
     for s in statuses {
@@ -129,12 +155,17 @@ pub(crate) fn read_partitions(
             Ok(r) => {
                 // Past the request's budget, only the first partition with data may
                 // exceed it (min one batch); later ones send nothing this round.
-                let records = if !first_data && r.records.len() > remaining {
+                let held_back = s.held_back(now);
+                let records = if held_back || (!first_data && r.records.len() > remaining) {
                     bytes::Bytes::new()
                 } else {
                     r.records
                 };
                 total += records.len();
+                if let Some(quota) = &s.throttle {
+                    quota.record(records.len(), now);
+                    throttled_bytes += records.len();
+                }
                 if follower {
                     points.push(r.diverging_epoch.is_none().then_some(ReadPoint {
                         leader_epoch: r.leader_epoch,
@@ -170,7 +201,33 @@ pub(crate) fn read_partitions(
     ReadSummary {
         bytes: total,
         points,
+        throttled_bytes,
     }
+}
+
+/// Whether a waiting fetch may be answered now: a partition changed under it, its
+/// high watermark moved (`push_high_watermark`), or `min_bytes` are there to read
+/// (bytes a replication throttle holds back do not count: they would be answered as
+/// nothing, and the follower would ask again at once).
+pub(crate) fn fetch_ready(params: &FetchParams, statuses: &[FetchPartitionStatus]) -> bool {
+    let mut available = 0u64;
+    let now = tokio::time::Instant::now();
+    for s in statuses {
+        match s.partition.fetch_readiness(
+            s.fetch_offset,
+            params.is_follower(),
+            s.current_leader_epoch,
+            params.allow_follower_read,
+        ) {
+            FetchReadiness::Changed => return true,
+            FetchReadiness::Bytes(_) if s.held_back(now) => {}
+            FetchReadiness::Bytes(n) => available += n.min(s.partition_max_bytes as u64),
+        }
+        if params.push_high_watermark && s.partition.high_watermark() > s.high_watermark_seen {
+            return true;
+        }
+    }
+    available >= params.min_bytes
 }
 
 /// A fetch waiting until `min_bytes` are available, `max_wait_ms` passes, or a
@@ -211,24 +268,7 @@ impl DelayedFetch {
 
 impl DelayedOperation for DelayedFetch {
     fn try_complete(&self) -> bool {
-        let mut available = 0u64;
-        for s in &self.statuses {
-            match s.partition.fetch_readiness(
-                s.fetch_offset,
-                self.params.is_follower(),
-                s.current_leader_epoch,
-                self.params.allow_follower_read,
-            ) {
-                FetchReadiness::Changed => return true,
-                FetchReadiness::Bytes(n) => available += n.min(s.partition_max_bytes as u64),
-            }
-            if self.params.push_high_watermark
-                && s.partition.high_watermark() > s.high_watermark_seen
-            {
-                return true;
-            }
-        }
-        available >= self.params.min_bytes
+        fetch_ready(&self.params, &self.statuses)
     }
 
     fn on_complete(&self, how: Completion) {
@@ -241,7 +281,7 @@ impl DelayedOperation for DelayedFetch {
             return;
         }
         let read = read_partitions(&self.params, &self.statuses, &mut response);
-        self.metrics.bytes_out(read.bytes);
+        read.count(&self.metrics);
         self.session.0.finish(self.session.1, &mut response);
         responder.send(pb::response::Body::Fetch(response));
     }

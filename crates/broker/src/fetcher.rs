@@ -28,10 +28,11 @@ use crate::follower::{
     retry_backoff, Effect, Event, FetchAnswer, FollowerState, LogPosition, TruncationCause,
 };
 use crate::metadata_cache::MetadataCache;
-use crate::metrics::BrokerMetrics;
+use crate::metrics::{BrokerMetrics, ThrottleSide};
 use crate::net::Network;
 use crate::partition::truncation::LocalLog;
 use crate::partition::{Partition, TopicPartition};
+use crate::quota::ReplicationQuota;
 
 /// Longest a request to a leader may take beyond its own wait.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -66,6 +67,9 @@ pub(crate) struct FetcherManager {
     /// Told after each follower append: consumer fetches reading from this follower
     /// (KIP-392) may be waiting for its high watermark.
     on_append: std::sync::OnceLock<AppendListener>,
+    /// `follower_replication_throttled_rate`, when set: one bound for all of this
+    /// broker's fetchers.
+    follower_quota: Option<ReplicationQuota>,
     shutdown: CancellationToken,
 }
 
@@ -87,7 +91,11 @@ impl FetcherManager {
         metrics: Arc<BrokerMetrics>,
         shutdown: CancellationToken,
     ) -> FetcherManager {
+        let follower_quota = config
+            .follower_replication_throttled_rate
+            .map(|rate| ReplicationQuota::new(rate, Instant::now()));
         FetcherManager {
+            follower_quota,
             config,
             metadata,
             network,
@@ -280,6 +288,8 @@ struct Round {
     tp: TopicPartition,
     partition: Arc<Partition>,
     leader_epoch: i32,
+    /// This broker's replication of the partition is throttled ([`crate::quota`]).
+    throttled: bool,
 }
 
 /// What one round sends: OffsetsForLeaderEpoch asks, fetches, and when the next
@@ -357,11 +367,13 @@ impl FetcherTask {
                 tp: tp.clone(),
                 partition: s.partition.clone(),
                 leader_epoch: s.machine.leader_epoch(),
+                throttled: false,
             })
             .collect();
+        let now = Instant::now();
         let replica_fetch_max_bytes = self.config().replica_fetch_max_bytes as i32;
         let mut wants = Wants::default();
-        for r in rounds {
+        for mut r in rounds {
             // Read outside the fetcher's lock: no log lock is taken under it.
             let (log_end_offset, latest_epoch, log_start_offset) =
                 r.partition.follower_fetch_position();
@@ -377,6 +389,16 @@ impl FetcherTask {
                     last_fetched_epoch,
                     log_start_offset,
                 }) => {
+                    if let Some(quota) = self.throttle(&r.tp) {
+                        // Left out until the throttle allows it again.
+                        let wait = quota.wait(now);
+                        if !wait.is_zero() {
+                            let until = now + wait;
+                            wants.next_wake = Some(wants.next_wake.map_or(until, |w| w.min(until)));
+                            continue;
+                        }
+                        r.throttled = true;
+                    }
                     let p = pb::FetchPartition {
                         partition: r.tp.partition,
                         current_leader_epoch: Some(r.leader_epoch),
@@ -395,6 +417,15 @@ impl FetcherTask {
             }
         }
         wants
+    }
+
+    /// The follower throttle, if this broker's replication of `tp` is throttled.
+    fn throttle(&self, tp: &TopicPartition) -> Option<&ReplicationQuota> {
+        let quota = self.manager.follower_quota.as_ref()?;
+        self.manager
+            .metadata
+            .is_throttled_replica(&tp.topic, tp.partition, self.config().node_id)
+            .then_some(quota)
     }
 
     async fn connection(&mut self) -> Option<Connection> {
@@ -468,6 +499,9 @@ impl FetcherTask {
                     );
                     match result {
                         Ok(_) => {
+                            if r.throttled {
+                                self.record_throttled(data.records.len());
+                            }
                             if let Some(tell) = self.manager.on_append.get() {
                                 (tell.0)(&r.tp);
                             }
@@ -506,6 +540,16 @@ impl FetcherTask {
                 }
             };
             next = self.step(r, event);
+        }
+    }
+
+    /// Counts `bytes` a throttled partition appended against the follower throttle.
+    fn record_throttled(&self, bytes: usize) {
+        if let Some(quota) = &self.manager.follower_quota {
+            quota.record(bytes, Instant::now());
+            self.manager
+                .metrics
+                .throttled_replication_bytes(ThrottleSide::Follower, bytes);
         }
     }
 
@@ -821,5 +865,117 @@ mod tests {
         b.on_response(0);
         let (id, epoch, topics, _) = b.build([p(0, 9)].into_iter().collect());
         assert_eq!((id, epoch, sent_partitions(&topics)), (0, 0, vec![(0, 9)]));
+    }
+}
+
+#[cfg(test)]
+mod throttle_tests {
+    use super::*;
+    use crate::topic_config::TopicConfig;
+
+    /// Broker 1 follows leader 2 for `t-0` (a reassignment adding broker 1, not in
+    /// the ISR yet) and `t-1` (in the ISR), with a follower throttle of 1000 B/s.
+    fn follower(dir: &std::path::Path) -> FetcherTask {
+        let config = Arc::new(
+            BrokerConfig::parse(&format!(
+                "node_id = 1\nprocess_roles = \"broker,controller\"\n\
+                 controller_quorum_voters = \"1@127.0.0.1:9092\"\nlog_dirs = {:?}\n\
+                 follower_replication_throttled_rate = 1000\n",
+                dir.display().to_string()
+            ))
+            .expect("broker config"),
+        );
+        let metadata = Arc::new(MetadataCache::new("test"));
+        let state = |partition, isr: Vec<i32>, adding: Vec<i32>| pb::PartitionState {
+            topic: "t".into(),
+            partition,
+            leader: 2,
+            leader_epoch: 1,
+            isr,
+            partition_epoch: 1,
+            replicas: vec![2, 3, 1],
+            adding_replicas: adding,
+            ..Default::default()
+        };
+        let _ = metadata.apply(&pb::LeaderAndIsrRequest {
+            controller_id: 1,
+            controller_epoch: 1,
+            topics: vec![pb::TopicState {
+                name: "t".into(),
+                ..Default::default()
+            }],
+            partition_states: vec![
+                state(0, vec![2, 3], vec![1]),
+                state(1, vec![2, 3, 1], vec![]),
+            ],
+            ..Default::default()
+        });
+        let manager = Arc::new(FetcherManager::new(
+            config.clone(),
+            metadata,
+            Arc::new(crate::net::Tcp),
+            Arc::new(AtomicI64::new(7)),
+            Arc::new(BrokerMetrics::new()),
+            CancellationToken::new(),
+        ));
+        let fetcher = Arc::new(Fetcher {
+            leader_id: 2,
+            partitions: Mutex::new(HashMap::new()),
+            changed: Notify::new(),
+        });
+        for index in [0, 1] {
+            let tp = TopicPartition::new("t", index);
+            let topic_config = TopicConfig::resolve(&config, "t", &HashMap::new());
+            let listener: crate::partition::IsrListener = Arc::new(|_, _, _| {});
+            let partition =
+                Partition::open(dir, tp.clone(), 0, 1, topic_config, listener).expect("partition");
+            let machine = FollowerState::new(1, true, retry_backoff(1000));
+            fetcher.partitions.lock().insert(
+                tp,
+                FetchState {
+                    partition: Arc::new(partition),
+                    machine,
+                },
+            );
+        }
+        FetcherTask {
+            manager,
+            fetcher,
+            key: (2, 0),
+            connection: None,
+            session: FetchSessionBuilder::default(),
+        }
+    }
+
+    fn fetched(wants: &Wants) -> Vec<(i32, bool)> {
+        let mut v: Vec<(i32, bool)> = wants
+            .fetches
+            .iter()
+            .map(|(r, _)| (r.tp.partition, r.throttled))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_throttled_follower_leaves_out_only_its_joining_partition_until_the_bucket_refills() {
+        let dir = tempfile::tempdir().unwrap();
+        let task = follower(dir.path());
+        // A full bucket: both are fetched, t-0 counted against the throttle.
+        let wants = task.poll();
+        assert_eq!(fetched(&wants), [(0, true), (1, false)]);
+        assert_eq!(wants.next_wake, None);
+        // t-0's fetch brought 2500 bytes: 1500 overdrawn, 1.5 s to wait.
+        task.record_throttled(2500);
+        let wants = task.poll();
+        assert_eq!(
+            fetched(&wants),
+            [(1, false)],
+            "the in-sync partition goes on"
+        );
+        let wake = wants.next_wake.expect("a wake-up for the held-back one");
+        assert_eq!(wake - Instant::now(), Duration::from_millis(1501));
+        tokio::time::advance(Duration::from_millis(1501)).await;
+        assert_eq!(fetched(&task.poll()), [(0, true), (1, false)]);
     }
 }

@@ -56,6 +56,7 @@ mod metadata_cache;
 pub mod metrics;
 pub mod net;
 pub mod partition;
+mod quota;
 mod replica_manager;
 mod server;
 pub mod topic_config;

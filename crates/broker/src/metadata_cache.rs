@@ -257,6 +257,17 @@ impl MetadataCache {
             .unwrap_or_default()
     }
 
+    /// Whether `replica`'s replication of the partition is throttled
+    /// ([`crate::quota::is_throttled`]), as announced.
+    pub(crate) fn is_throttled_replica(&self, topic: &str, partition: i32, replica: i32) -> bool {
+        self.image
+            .read()
+            .topics
+            .get(topic)
+            .and_then(|t| t.partitions.get(&partition))
+            .is_some_and(|p| crate::quota::is_throttled(replica, &p.adding_replicas, &p.isr))
+    }
+
     /// The partition's announced state.
     pub(crate) fn partition_state(
         &self,

@@ -31,6 +31,29 @@ struct OperationLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SideLabel {
+    side: &'static str,
+}
+
+/// Which end of replication a throttle bounds ([`crate::quota`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ThrottleSide {
+    Leader,
+    Follower,
+}
+
+impl ThrottleSide {
+    fn label(self) -> SideLabel {
+        SideLabel {
+            side: match self {
+                ThrottleSide::Leader => "leader",
+                ThrottleSide::Follower => "follower",
+            },
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LeaderLabel {
     leader: String,
 }
@@ -84,6 +107,7 @@ pub struct BrokerMetrics {
     apis: Vec<Arc<ApiMetrics>>,
     bytes_in: Counter,
     bytes_out: Counter,
+    throttled_replication_bytes: Family<SideLabel, Counter>,
     pub(crate) partition_isr_size: Family<PartitionLabel, Gauge>,
     pub(crate) partition_max_replica_lag: Family<PartitionLabel, Gauge>,
     pub(crate) authentication_failures: Counter,
@@ -275,6 +299,16 @@ impl BrokerMetrics {
             "Record bytes sent to consumers and followers",
             bytes_out.clone(),
         );
+        let throttled_replication_bytes = Family::<SideLabel, Counter>::default();
+        registry.register(
+            "throttled_replication_bytes",
+            "Record bytes of throttled replicas (added by a reassignment, out of the ISR) \
+             replicated under leader_/follower_replication_throttled_rate, per side",
+            throttled_replication_bytes.clone(),
+        );
+        for side in [ThrottleSide::Leader, ThrottleSide::Follower] {
+            drop(throttled_replication_bytes.get_or_create(&side.label()));
+        }
         let partition_isr_size = Family::<PartitionLabel, Gauge>::default();
         registry.register(
             "partition_isr_size",
@@ -317,6 +351,7 @@ impl BrokerMetrics {
             apis,
             bytes_in,
             bytes_out,
+            throttled_replication_bytes,
             partition_isr_size,
             partition_max_replica_lag,
             authentication_failures,
@@ -357,6 +392,13 @@ impl BrokerMetrics {
 
     pub(crate) fn bytes_out(&self, n: usize) {
         self.bytes_out.inc_by(n as u64);
+    }
+
+    /// `n` bytes of throttled replicas moved on `side`.
+    pub(crate) fn throttled_replication_bytes(&self, side: ThrottleSide, n: usize) {
+        self.throttled_replication_bytes
+            .get_or_create(&side.label())
+            .inc_by(n as u64);
     }
 
     pub(crate) fn fetcher_request(&self, leader: i32) {

@@ -31,6 +31,7 @@ use crate::partition::{
     AlterPartitionResult, Effects, FetcherChange, FollowerFetch, IsrListener, LeaderAppend,
     Partition, TopicPartition, Wake,
 };
+use crate::quota::ReplicationQuota;
 use crate::server::Responder;
 use crate::topic_config::TopicConfig;
 
@@ -76,6 +77,8 @@ pub struct ReplicaManager {
     fetchers: Arc<FetcherManager>,
     isr_requests: mpsc::UnboundedSender<IsrRequest>,
     metrics: Arc<BrokerMetrics>,
+    /// `leader_replication_throttled_rate`, when set.
+    leader_quota: Option<Arc<ReplicationQuota>>,
 }
 
 use syncline_proto::wall_clock_ms;
@@ -89,7 +92,11 @@ impl ReplicaManager {
         isr_requests: mpsc::UnboundedSender<IsrRequest>,
         metrics: Arc<BrokerMetrics>,
     ) -> ReplicaManager {
+        let leader_quota = config
+            .leader_replication_throttled_rate
+            .map(|rate| Arc::new(ReplicationQuota::new(rate, Instant::now())));
         ReplicaManager {
+            leader_quota,
             fetch_sessions: Arc::new(FetchSessionCache::new(
                 config.max_incremental_fetch_session_cache_slots,
             )),
@@ -374,13 +381,19 @@ impl ReplicaManager {
                 Some(partition) => statuses.push(FetchPartitionStatus {
                     topic_index: ti,
                     partition_index: out_topic.partitions.len(),
-                    partition,
                     fetch_offset: e.fetch_offset,
                     current_leader_epoch: e.current_leader_epoch,
                     last_fetched_epoch: e.last_fetched_epoch,
                     partition_max_bytes: (e.partition_max_bytes as usize)
                         .min(self.config.fetch_max_bytes),
                     high_watermark_seen: -1,
+                    throttle: self.leader_throttle(
+                        is_follower,
+                        &e.topic,
+                        e.partition,
+                        req.replica_id,
+                    ),
+                    partition,
                 }),
             }
             out_topic.partitions.push(out);
@@ -409,7 +422,7 @@ impl ReplicaManager {
             params.min_bytes,
             errors || statuses.is_empty(),
         ) {
-            self.metrics.bytes_out(read.bytes);
+            read.count(&self.metrics);
             self.fetch_sessions.finish(session, &mut response);
             responder.send(pb::response::Body::Fetch(response));
             return;
@@ -430,6 +443,20 @@ impl ReplicaManager {
         {
             conn.track(PendingOp::Fetch(handle));
         }
+    }
+
+    /// The leader's throttle for `follower`'s fetch of the partition, if throttled.
+    fn leader_throttle(
+        &self,
+        is_follower: bool,
+        topic: &str,
+        partition: i32,
+        follower: i32,
+    ) -> Option<Arc<ReplicationQuota>> {
+        let quota = self.leader_quota.as_ref().filter(|_| is_follower)?;
+        self.metadata
+            .is_throttled_replica(topic, partition, follower)
+            .then(|| quota.clone())
     }
 
     /// The leader records each follower partition's fetch offset (its LEO): this is
@@ -974,6 +1001,7 @@ fn check_names(req: &pb::LeaderAndIsrRequest) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::delayed::fetch_ready;
     use crate::net::Tcp;
     use tokio_util::sync::CancellationToken;
 
@@ -1015,11 +1043,20 @@ mod tests {
         log_dir: &std::path::Path,
         isr_requests: mpsc::UnboundedSender<IsrRequest>,
     ) -> ReplicaManager {
+        replica_manager_with(log_dir, isr_requests, "")
+    }
+
+    /// As [`replica_manager`], with `extra` lines of broker config.
+    fn replica_manager_with(
+        log_dir: &std::path::Path,
+        isr_requests: mpsc::UnboundedSender<IsrRequest>,
+        extra: &str,
+    ) -> ReplicaManager {
         let config = Arc::new(
             BrokerConfig::parse(&format!(
                 "node_id = 1\nprocess_roles = \"broker,controller\"\n\
                  controller_quorum_voters = \"1@127.0.0.1:9092\"\nlog_dirs = {:?}\n\
-                 replica_lag_time_max_ms = 1000\n",
+                 replica_lag_time_max_ms = 1000\n{extra}",
                 log_dir.display().to_string()
             ))
             .expect("broker config"),
@@ -1047,6 +1084,16 @@ mod tests {
 
     /// Broker 1 leads `t-0` in epoch 1 with replicas {1,2} and ISR {1,2}.
     fn lead(rm: &ReplicaManager) -> Arc<Partition> {
+        lead_with(rm, &[1, 2], &[1, 2], &[])
+    }
+
+    /// Broker 1 leads `t-0` in epoch 1 with these replicas, ISR and adding replicas.
+    fn lead_with(
+        rm: &ReplicaManager,
+        replicas: &[i32],
+        isr: &[i32],
+        adding: &[i32],
+    ) -> Arc<Partition> {
         let answer = rm.apply_leader_and_isr(&pb::LeaderAndIsrRequest {
             controller_id: 1,
             controller_epoch: 1,
@@ -1062,9 +1109,10 @@ mod tests {
                 partition: 0,
                 leader: 1,
                 leader_epoch: 1,
-                isr: vec![1, 2],
+                isr: isr.to_vec(),
                 partition_epoch: 1,
-                replicas: vec![1, 2],
+                replicas: replicas.to_vec(),
+                adding_replicas: adding.to_vec(),
                 ..Default::default()
             }],
             brokers: vec![],
@@ -1101,6 +1149,84 @@ mod tests {
         rm.maybe_shrink_isrs();
         let sent = rx.try_recv().expect("a second proposal");
         assert_eq!(sent.proposal.new_isr, vec![1]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_leader_throttles_a_joining_replica_out_of_the_isr_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let rm = replica_manager_with(dir.path(), tx, "leader_replication_throttled_rate = 1000\n");
+        // A reassignment is adding broker 3 to t-0's replicas {1,2}.
+        let partition = lead_with(&rm, &[1, 2, 3], &[1, 2], &[3]);
+        let quota = rm.leader_throttle(true, "t", 0, 3).expect("3 is throttled");
+        assert!(
+            rm.leader_throttle(true, "t", 0, 2).is_none(),
+            "2 is in the ISR"
+        );
+        assert!(
+            rm.leader_throttle(false, "t", 0, -1).is_none(),
+            "a consumer"
+        );
+        for _ in 0..3 {
+            let mut b = batch::BatchBuilder::new(0);
+            b.push(0, None, Some(&[7u8; 500]), &[]);
+            let (_append, _effects) = partition.append_as_leader(&b.finish(), 1, None, 0).unwrap();
+        }
+        let params = FetchParams {
+            replica_id: 3,
+            allow_follower_read: false,
+            push_high_watermark: false,
+            min_bytes: 1,
+            max_bytes: 1 << 20,
+        };
+        let status = |throttle: Option<Arc<ReplicationQuota>>| FetchPartitionStatus {
+            topic_index: 0,
+            partition_index: 0,
+            partition: partition.clone(),
+            fetch_offset: 0,
+            current_leader_epoch: Some(1),
+            last_fetched_epoch: None,
+            partition_max_bytes: 1 << 20,
+            high_watermark_seen: -1,
+            throttle,
+        };
+        let read = |statuses: &[FetchPartitionStatus]| {
+            let mut response = pb::FetchResponse {
+                responses: vec![pb::FetchableTopicResponse {
+                    topic: "t".into(),
+                    partitions: vec![pb::PartitionData::default()],
+                }],
+                ..Default::default()
+            };
+            let summary = read_partitions(&params, statuses, &mut response);
+            (summary, response.responses[0].partitions[0].clone())
+        };
+        let throttled = [status(Some(quota.clone()))];
+        // A full bucket (one second: 1000 bytes) lets the first fetch take all
+        // three batches, which overdraws it.
+        let (first, data) = read(&throttled);
+        assert!(first.bytes > 1500, "{} bytes", first.bytes);
+        assert_eq!(first.throttled_bytes, first.bytes);
+        assert_eq!(data.records.len(), first.bytes);
+        // Now the partition is answered without records (its high watermark and
+        // the follower's progress still count), and a waiting fetch is not
+        // completed by bytes it would not get.
+        let (held, data) = read(&throttled);
+        assert_eq!((held.bytes, held.throttled_bytes), (0, 0));
+        assert!(data.records.is_empty());
+        assert_eq!(data.error_code, 0);
+        assert!(
+            held.points[0].is_some(),
+            "the fetch offset is still recorded"
+        );
+        assert!(!fetch_ready(&params, &throttled));
+        // The same fetch unthrottled would get the bytes at once.
+        assert!(fetch_ready(&params, &[status(None)]));
+        assert!(read(&[status(None)]).0.bytes > 1500);
+        // Once the bucket refills, the records flow again.
+        tokio::time::advance(quota.wait(Instant::now())).await;
+        assert!(fetch_ready(&params, &throttled));
+        assert!(read(&throttled).0.bytes > 1500);
     }
 
     #[test]

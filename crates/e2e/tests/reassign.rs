@@ -1,7 +1,8 @@
 //! Replica reassignment with real processes (`syncline topic reassign`), on four
 //! brokers under `acks=all` load with nothing acknowledged lost: the leader moved
 //! off, the replication factor raised and lowered, a reassignment cancelled
-//! halfway, and one whose new replica is down until it restarts.
+//! halfway, one whose new replica is down until it restarts, and one held to the
+//! replication throttles.
 
 use serde_json::Value;
 use syncline_e2e::checks::*;
@@ -14,7 +15,15 @@ const MIN_ISR: i32 = 2;
 /// Four brokers (three controller voters), `topic` with one partition on three of
 /// them (RF 3, min ISR 2) under load; returns its replicas and the fourth broker.
 async fn four_brokers(topic: &str) -> (Cluster, Load, LeaderWatch, Vec<i32>, i32) {
-    let cluster = Cluster::start_quorum(4, 3, FAST_TIMERS).await;
+    four_brokers_with(topic, "").await
+}
+
+/// As [`four_brokers`], with `extra` lines in every broker's config.
+async fn four_brokers_with(
+    topic: &str,
+    extra: &str,
+) -> (Cluster, Load, LeaderWatch, Vec<i32>, i32) {
+    let cluster = Cluster::start_quorum(4, 3, &format!("{FAST_TIMERS}{extra}")).await;
     create_topic(&cluster, topic, PARTITIONS, 3, MIN_ISR);
     let full = wait_full_isr(&cluster, 1, topic, WAIT).await;
     let replicas = full[0].replicas.clone();
@@ -254,4 +263,121 @@ async fn replication_factor_up_and_down_cancel_and_a_new_replica_down_until_it_r
     );
     load.wait_progress("after the reassignment", 5, WAIT).await;
     finish_and_verify(&cluster, topic, PARTITIONS, MIN_ISR as usize, load, watch).await;
+}
+
+/// `leader_replication_throttled_rate` and `follower_replication_throttled_rate` of
+/// the throttled test, in bytes a second.
+const THROTTLE: u64 = 1_000_000;
+
+fn throttled_bytes(cluster: &Cluster, id: i32, side: &str) -> f64 {
+    cluster
+        .metric(
+            id,
+            &format!("syncline_throttled_replication_bytes_total{{side=\"{side}\"}}"),
+        )
+        .unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_replica_catches_up_within_the_replication_throttles_and_the_isr_is_not_held_back() {
+    let extra = format!(
+        "leader_replication_throttled_rate = {THROTTLE}\n\
+         follower_replication_throttled_rate = {THROTTLE}\n"
+    );
+    // acks=all load on one topic, while a partition of another is moved.
+    let (cluster, load, watch, _, _) = four_brokers_with("loaded", &extra).await;
+    let topic = "bulk";
+    create_topic(&cluster, topic, 1, 3, MIN_ISR);
+    let r = wait_full_isr(&cluster, 1, topic, WAIT).await[0]
+        .replicas
+        .clone();
+    let spare = (1..=4).find(|id| !r.contains(id)).unwrap();
+    let via = r[0];
+    // 8 MB in the partition: what the new replica has to copy.
+    let data: u64 = 8_000_000;
+    let out = cluster.cli_via(
+        via,
+        &[
+            "perf",
+            "produce",
+            "--topic",
+            topic,
+            "--num-records",
+            "8000",
+            "--record-size",
+            "1000",
+            "--throughput",
+            "-1",
+            "--producer-props",
+            "acks=all",
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The in-sync followers kept up unthrottled.
+    for id in 1..=4 {
+        assert_eq!(
+            throttled_bytes(&cluster, id, "follower"),
+            0.0,
+            "broker {id}"
+        );
+        assert_eq!(throttled_bytes(&cluster, id, "leader"), 0.0, "broker {id}");
+    }
+
+    let four = [r[0], r[1], r[2], spare];
+    let started = std::time::Instant::now();
+    reassign(
+        &cluster,
+        via,
+        &[topic, "--partition", "0", "--replicas", &csv(&four)],
+    );
+    // acks=all writes go on at their pace while the new replica copies.
+    load.wait_progress("during the throttled catch-up", 5, WAIT)
+        .await;
+    wait_reassigned(&cluster, via, topic, &four).await;
+    let took = started.elapsed();
+    // Within the throttles, the copy takes at least (data - one second of burst -
+    // one fetch of overdraft) / rate: about 6 s. Unthrottled it takes well under
+    // a second here.
+    let fastest = (data - THROTTLE - 1_048_576) as f64 / THROTTLE as f64;
+    println!(
+        "{data} bytes copied in {:.1} s under a {THROTTLE} B/s throttle (at least {fastest:.1} s)",
+        took.as_secs_f64()
+    );
+    assert!(
+        took.as_secs_f64() >= fastest,
+        "copied {data} bytes in {took:?}: faster than {THROTTLE} B/s allows"
+    );
+    // Both ends counted the new replica's copy, and only that.
+    let leader = partition(&cluster, via, topic)
+        .await
+        .expect("described")
+        .leader_id;
+    let copied = throttled_bytes(&cluster, spare, "follower");
+    assert!(copied >= data as f64, "new replica: {copied}");
+    let sent = throttled_bytes(&cluster, leader, "leader");
+    assert!(sent >= data as f64, "leader {leader}: {sent}");
+    for id in (1..=4).filter(|id| *id != spare) {
+        assert_eq!(
+            throttled_bytes(&cluster, id, "follower"),
+            0.0,
+            "broker {id}"
+        );
+    }
+    // The copy is the leader's, byte for byte.
+    wait_logs_identical(&cluster, topic, 0, WAIT).await;
+    load.wait_progress("after the reassignment", 5, WAIT).await;
+    finish_and_verify(
+        &cluster,
+        "loaded",
+        PARTITIONS,
+        MIN_ISR as usize,
+        load,
+        watch,
+    )
+    .await;
 }
