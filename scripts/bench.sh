@@ -15,6 +15,7 @@
 #   (b) RF 3, acks=all, 1 KiB records;  (c) RF 3, acks=1;  (d) RF 1;
 #   (e) consumer throughput (reading what (b) wrote);
 #   (f) produce latency at 50% of (b)'s rate;  (g) end-to-end latency;
+#   (h) and (i): (b) with compression.type=lz4 and zstd;
 # then the floor again (how far the machine drifted during the run), and each
 # broker's peak RSS (VmHWM in /proc). Every figure is given with its
 # ratio to the floor. Everything started here is stopped on every exit path.
@@ -185,12 +186,12 @@ measure_floor() { # output file
 }
 measure_floor "$work/floor.txt"
 
-perf_produce() { # label topic acks records throughput
-    local label="$1" topic="$2" acks="$3" n="$4" rate="$5"
+perf_produce() { # label topic acks records throughput [extra KEY=VALUE]
+    local label="$1" topic="$2" acks="$3" n="$4" rate="$5" extra="${6:-}"
     settle
     # shellcheck disable=SC2086 # producer_props is a list of KEY=VALUE words
     syncline perf produce --topic "$topic" --num-records "$n" --record-size "$record_size" \
-        --throughput "$rate" --producer-props acks="$acks" $producer_props \
+        --throughput "$rate" --producer-props acks="$acks" $producer_props $extra \
         --json-report "$work/$label.json" | sed 's/^/    /'
 }
 
@@ -198,6 +199,8 @@ create_topic bench-rf3 3 "$partitions"
 create_topic bench-rf3-acks1 3 "$partitions"
 create_topic bench-rf1 1 "$partitions"
 create_topic bench-e2e 3 1
+create_topic bench-rf3-lz4 3 "$partitions"
+create_topic bench-rf3-zstd 3 "$partitions"
 
 echo "==> (b) RF 3, acks=all, $records x $record_size B"
 perf_produce b-rf3-acks-all bench-rf3 all "$records" -1
@@ -205,6 +208,11 @@ echo "==> (c) RF 3, acks=1"
 perf_produce c-rf3-acks-1 bench-rf3-acks1 1 "$records" -1
 echo "==> (d) RF 1, acks=all"
 perf_produce d-rf1 bench-rf1 all "$records" -1
+
+echo "==> (h) RF 3, acks=all, compression.type=lz4"
+perf_produce h-lz4 bench-rf3-lz4 all "$records" -1 compression.type=lz4
+echo "==> (i) RF 3, acks=all, compression.type=zstd"
+perf_produce i-zstd bench-rf3-zstd all "$records" -1 compression.type=zstd
 
 echo "==> (e) consumer: $records records from bench-rf3"
 settle
@@ -262,6 +270,7 @@ floor = float(re.search(r"baseline_rf3_loopback_MBps ([0-9.]+)", floor_line).gro
 
 b, c, d = load("b-rf3-acks-all"), load("c-rf3-acks-1"), load("d-rf1")
 e, f, g = load("e-consume"), load("f-latency"), load("g-e2e")
+h, i = load("h-lz4"), load("i-zstd")
 rss = [int(open(os.path.join(work, f"rss-{i}.kib")).read().strip() or 0) / 1024 for i in (1, 2, 3)]
 
 MB = 1e6  # the floor tool's unit: 10^6 bytes
@@ -276,6 +285,8 @@ rows.append(("(a) floor, RF 3 raw TCP + files", f"{floor:.1f} MB/s", "1.00", "",
 b_mbs = tp("(b) RF 3 acks=all, 1 KiB", b, ("≥ 0.5 × floor (stretch 0.7)", lambda m: m >= 0.5 * floor))
 tp("(c) RF 3 acks=1", c)
 tp("(d) RF 1", d)
+tp("(h) RF 3 acks=all, lz4", h)
+tp("(i) RF 3 acks=all, zstd", i)
 e_mbs = e["bytes_per_sec"] / MB
 rows.append(("(e) consumer", f"{e_mbs:.1f} MB/s ({e['records_per_sec']:,.0f} rec/s)", f"{e_mbs / floor:.2f}",
              "≥ 2 × (b)", e["records_per_sec"] >= 2 * b["records_per_sec"]))
@@ -388,6 +399,11 @@ MB is 10^6 bytes here (the floor tool's unit); `syncline perf` prints Kafka's MB
   {os.environ['BENCH_RECORD_SIZE']} --throughput -1 --producer-props acks=… {os.environ['BENCH_PRODUCER_PROPS_USED'].strip()}`
   on topics of {os.environ['BENCH_PARTITIONS']} partitions (RF 3 with
   `min.insync.replicas=2`, or RF 1).
+- **(h), (i)**: (b) with `compression.type=lz4` and `=zstd`. The perf tool
+  sends one random payload (letters A–Z) for every record, as Kafka's does, so
+  a batch compresses far better than real data would: these show what
+  compression costs in CPU and what it saves in bytes on the way (the MB/s
+  counted are the uncompressed record bytes), not real-world ratios.
 - **(e)**: `syncline perf consume` of the records (b) wrote, from the log start.
 - **(f)**: `syncline perf produce` with acks=all at half of (b)'s rate, half as
   many records (so as long as (b) ran); latency is from `send` to the

@@ -225,6 +225,24 @@ fn main() {
     many.extend(&stamped(2, 3, 0)[..70]);
     write(&dir, "batches-torn-tail", &many);
 
+    // A compressed batch of each codec.
+    for codec in syncline_proto::compression::CODECS.into_iter().skip(1) {
+        let mut b = BatchBuilder::new(1_700_000_000_000);
+        for i in 0..4 {
+            b.push(1_700_000_000_000 + i, Some(b"key"), Some(b"value value value"), &[(b"h", None)]);
+        }
+        let mut one = vec![0u8];
+        one.extend_from_slice(&b.finish_with(codec));
+        write(&dir, &format!("one-batch-{codec}"), &one);
+    }
+
+    let dir = root.join("decompress");
+    for codec in syncline_proto::compression::CODECS {
+        let mut input = vec![codec.id()];
+        input.extend(codec.compress(&b"records records records".repeat(20)).expect("compresses"));
+        write(&dir, &format!("{codec}"), &input);
+    }
+
     let dir = root.join("controller");
     let mut steps = Vec::new();
     for (i, r) in reqs[5..].iter().enumerate() {

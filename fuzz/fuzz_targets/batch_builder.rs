@@ -1,6 +1,7 @@
 //! Batches built with `BatchBuilder` from arbitrary records, as a producer builds
 //! them: the size the builder predicts is the size it writes, the batch validates
-//! (stamped or not) and reads back to the same records and headers. Then the
+//! (stamped or not, compressed with any codec or not) and reads back to the same
+//! records and headers. Then the
 //! batch is damaged: one flipped byte in what the CRC or size checks cover must be
 //! refused; any number of mutations, a cut or extra bytes must never panic.
 #![no_main]
@@ -8,6 +9,7 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use syncline_proto::batch::{self, BatchBuilder, BatchError};
+use syncline_proto::compression::Compression;
 
 type Header = (Vec<u8>, Option<Vec<u8>>);
 
@@ -39,6 +41,8 @@ struct Input {
     damage: Vec<Damage>,
     /// Fix the length and CRC after the damage (to reach the record framing).
     refix: bool,
+    /// Compression codec id, modulo the five there are.
+    codec: u8,
 }
 
 fuzz_target!(|input: Input| {
@@ -66,7 +70,8 @@ fuzz_target!(|input: Input| {
         assert_eq!(builder.size_bytes() - before, predicted, "record_size");
     }
     assert_eq!(builder.len(), input.records.len());
-    let mut bytes = builder.finish().to_vec();
+    let codec = Compression::from_id(input.codec % 5).expect("a codec");
+    let mut bytes = builder.finish_with(codec).to_vec();
     let (base_offset, epoch) = input.stamp.unwrap_or((0, -1));
     batch::stamp(&mut bytes, base_offset, epoch);
     let overflows = base_offset
@@ -90,9 +95,10 @@ fuzz_target!(|input: Input| {
         .unwrap()
         .max(base);
     assert_eq!(header.max_timestamp, max_ts);
+    assert_eq!(header.codec(), Ok(codec));
     let read = batch::records(&bytes).expect("reads");
     let mut n = 0;
-    for (got, want) in read.zip(&input.records) {
+    for (got, want) in read.iter().zip(&input.records) {
         let got = got.expect("a built record reads");
         assert_eq!(got.offset, base_offset + n as i64);
         assert_eq!(got.timestamp, want.timestamp);

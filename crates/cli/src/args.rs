@@ -2,6 +2,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use syncline_client::Acks;
+use syncline_proto::compression::Compression;
 
 /// The syncline command-line tool: topics, produce, consume, cluster.
 #[derive(Debug, Parser)]
@@ -203,6 +204,10 @@ pub(crate) struct ProduceArgs {
     /// partition across retries.
     #[arg(long, default_value_t = 1)]
     pub(crate) max_in_flight: usize,
+    /// How batches are compressed: none, gzip, snappy, lz4 or zstd (Kafka's
+    /// `compression.type`); consumers read any.
+    #[arg(long, default_value = "none", value_parser = parse_compression)]
+    pub(crate) compression_type: Compression,
     /// Print a line per acknowledged record, `Partition:P<TAB>Offset:N<TAB>AckedBy:1,2,3`:
     /// where it went and the replicas its acknowledgement rests on (with acks=all,
     /// the ISR at the time).
@@ -297,6 +302,10 @@ pub(crate) fn parse_key_value(s: &str, example: &str) -> Result<(String, String)
         return Err(format!("the name before '=' is empty in {s:?}"));
     }
     Ok((key.to_string(), value.trim().to_string()))
+}
+
+pub(crate) fn parse_compression(s: &str) -> Result<Compression, String> {
+    s.parse()
 }
 
 pub(crate) fn parse_acks(s: &str) -> Result<Acks, String> {
@@ -413,6 +422,18 @@ mod tests {
             (Acks::All, 5, 16_384, 3)
         );
         assert!(parse(&["produce", "t", "--acks", "2"]).is_err());
+        assert_eq!(p.compression_type, Compression::None);
+        let Command::Produce(p) = parse(&["produce", "t", "--compression-type", "zstd"])
+            .unwrap()
+            .command
+        else {
+            panic!()
+        };
+        assert_eq!(p.compression_type, Compression::Zstd);
+        let err = parse(&["produce", "t", "--compression-type", "lzma"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("none, gzip, snappy, lz4, zstd"), "{err}");
     }
 
     #[test]

@@ -163,6 +163,7 @@ pub(crate) async fn run(args: ProduceArgs, bootstrap: &str) -> Result<()> {
         delivery_timeout_ms: args.delivery_timeout_ms,
         max_in_flight_requests_per_connection: args.max_in_flight,
         max_block_ms: args.max_block_ms,
+        compression_type: args.compression_type,
         ..Default::default()
     };
     crate::cluster::ensure_reachable(ctx).await?;

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use syncline_proto::batch::BatchBuilder;
+use syncline_proto::compression::Compression;
 use syncline_proto::pb;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -128,6 +129,8 @@ pub(crate) struct ProducerBatch {
     pub(crate) last_error: Option<ProduceError>,
     /// The leader epoch of the leader the batch was drained for.
     pub(crate) leader_epoch: i32,
+    /// `compression.type`: how the records are compressed when the batch closes.
+    compression: Compression,
 }
 
 impl ProducerBatch {
@@ -136,9 +139,11 @@ impl ProducerBatch {
         tp: TopicPartition,
         base_timestamp: i64,
         capacity: usize,
+        compression: Compression,
         now: Instant,
     ) -> Self {
         ProducerBatch {
+            compression,
             id,
             tp,
             builder: Some(BatchBuilder::with_capacity(base_timestamp, capacity)),
@@ -170,7 +175,7 @@ impl ProducerBatch {
     fn close(&mut self) {
         if let Some(builder) = self.builder.take() {
             if !builder.is_empty() {
-                self.encoded = Some(builder.finish());
+                self.encoded = Some(builder.finish_with(self.compression));
             }
         }
     }
@@ -273,6 +278,8 @@ pub(crate) struct AccumulatorConfig {
     /// With one request in flight per connection, partitions with a batch in
     /// flight are muted so that a retry cannot be overtaken.
     pub(crate) guarantee_order: bool,
+    /// `compression.type`.
+    pub(crate) compression: Compression,
 }
 
 /// Per-partition batch queues.
@@ -358,6 +365,7 @@ impl Accumulator {
                 tp.clone(),
                 record.timestamp,
                 capacity,
+                self.config.compression,
                 now,
             ));
         }
@@ -576,6 +584,7 @@ mod tests {
             linger: 5 * MS,
             delivery_timeout: 1000 * MS,
             guarantee_order: false,
+            compression: Compression::None,
         }
     }
 

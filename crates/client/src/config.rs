@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use syncline_proto::compression::Compression;
 use syncline_proto::pb::IsolationLevel;
 use syncline_proto::Backoff;
 
@@ -135,7 +136,6 @@ fn unknown_setting(key: &str, kind: &str, known: &[&str]) -> ClientError {
         "enable.idempotence" | "transactional.id" => {
             " (the idempotent producer does not exist yet)".to_string()
         }
-        "compression.type" => " (batches are sent uncompressed)".to_string(),
         "group.id" | "enable.auto.commit" | "auto.commit.interval.ms" => {
             " (there are no consumer groups: the consumer is assigned partitions)".to_string()
         }
@@ -235,6 +235,9 @@ pub struct ProducerConfig {
     pub max_block_ms: u64,
     /// Largest produce request (and so largest record) sent.
     pub max_request_size: usize,
+    /// How batches are compressed (Kafka's `compression.type`: none, gzip,
+    /// snappy, lz4, zstd). Batch sizes (`batch.size`) count uncompressed bytes.
+    pub compression_type: Compression,
 }
 
 impl Default for ProducerConfig {
@@ -250,6 +253,7 @@ impl Default for ProducerConfig {
             buffer_memory: 32 * 1024 * 1024,
             max_block_ms: 60_000,
             max_request_size: 1024 * 1024,
+            compression_type: Compression::None,
         }
     }
 }
@@ -264,8 +268,8 @@ impl ProducerConfig {
     }
 
     /// Sets one setting by Kafka's name (`linger.ms` or `linger_ms`), shared
-    /// client settings included; `compression.type=none` is accepted as the only
-    /// compression there is. Unknown names are an error that lists the known ones.
+    /// client settings included. Unknown names are an error that lists the known
+    /// ones.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ClientError> {
         if self.client.set(key, value)? {
             return Ok(());
@@ -282,7 +286,11 @@ impl ProducerConfig {
             "buffer.memory" => self.buffer_memory = number(key, value)?,
             "max.block.ms" => self.max_block_ms = number(key, value)?,
             "max.request.size" => self.max_request_size = number(key, value)?,
-            "compression.type" if value.trim() == "none" => {}
+            "compression.type" => {
+                self.compression_type = value
+                    .parse()
+                    .map_err(|e| ClientError::Config(format!("{key}: {e}")))?
+            }
             _ => {
                 let mut known = CLIENT_SETTINGS.to_vec();
                 known.extend([
@@ -295,6 +303,7 @@ impl ProducerConfig {
                     "buffer.memory",
                     "max.block.ms",
                     "max.request.size",
+                    "compression.type",
                 ]);
                 return Err(unknown_setting(key, "producer", &known));
             }
@@ -548,7 +557,20 @@ mod tests {
         );
         let err = p.set("enable.idempotence", "true").unwrap_err().to_string();
         assert!(err.contains("idempotent producer"), "{err}");
-        assert!(p.set("compression.type", "lz4").is_err());
+        for (name, codec) in [
+            ("lz4", Compression::Lz4),
+            ("zstd", Compression::Zstd),
+            ("GZIP", Compression::Gzip),
+            ("snappy", Compression::Snappy),
+        ] {
+            p.set("compression.type", name).unwrap();
+            assert_eq!(p.compression_type, codec);
+        }
+        let err = p.set("compression.type", "brotli").unwrap_err().to_string();
+        assert!(
+            err.contains("compression.type") && err.contains("none, gzip, snappy, lz4, zstd"),
+            "{err}"
+        );
 
         let mut c = ConsumerConfig::default();
         c.set("fetch.max.wait.ms", "100").unwrap();

@@ -623,17 +623,20 @@ pub(crate) fn decode_records(
             Err(BatchError::Truncated { .. }) if next.is_some() => break,
             Err(e) => return Err(corrupt(e)),
         };
-        batch::validate(bytes).map_err(corrupt)?;
+        let set = batch::validated_records(bytes).map_err(corrupt)?;
         next = Some(header.next_offset());
         if header.last_offset() < fetch_offset {
             continue;
         }
-        for record in batch::records(bytes).map_err(corrupt)? {
+        // Keys and values are slices of the response, or of the decompressed
+        // records of a compressed batch.
+        let backing = set.decompressed().unwrap_or(records);
+        for record in set.iter() {
             let record = record.map_err(corrupt)?;
             if record.offset < fetch_offset {
                 continue;
             }
-            let slice = |s: &[u8]| records.slice_ref(s);
+            let slice = |s: &[u8]| backing.slice_ref(s);
             out.push(ConsumerRecord {
                 topic: tp.topic.to_string(),
                 partition: tp.partition,
@@ -660,9 +663,15 @@ mod tests {
     use super::*;
     use bytes::BytesMut;
     use syncline_proto::batch::BatchBuilder;
+    use syncline_proto::compression::Compression;
 
     /// A stored batch: `values` at offsets `base..`.
     fn stored_batch(base: i64, values: &[&str]) -> Vec<u8> {
+        stored_batch_with(base, values, Compression::None)
+    }
+
+    /// As [`stored_batch`], compressed with `codec`.
+    fn stored_batch_with(base: i64, values: &[&str], codec: Compression) -> Vec<u8> {
         let mut b = BatchBuilder::new(1_000);
         for (i, v) in values.iter().enumerate() {
             let key = format!("k{i}");
@@ -673,9 +682,47 @@ mod tests {
                 &[(b"h", Some(b"v"))],
             );
         }
-        let mut bytes = b.finish().to_vec();
+        let mut bytes = b.finish_with(codec).to_vec();
         batch::stamp(&mut bytes, base, 3);
         bytes
+    }
+
+    #[test]
+    fn compressed_batches_of_every_codec_decode_like_plain_ones() {
+        let tp = TopicPartition::new("t", 0);
+        let mut all = BytesMut::new();
+        let mut want = Vec::new();
+        for (i, codec) in syncline_proto::compression::CODECS.into_iter().enumerate() {
+            let base = 3 * i as i64;
+            let values = [
+                format!("{codec}-a"),
+                format!("{codec}-b"),
+                format!("{codec}-c"),
+            ];
+            let refs: Vec<&str> = values.iter().map(String::as_str).collect();
+            let stored = stored_batch_with(base, &refs, codec);
+            assert_eq!(batch::validate(&stored).unwrap().codec().unwrap(), codec);
+            all.extend_from_slice(&stored);
+            for (j, v) in values.iter().enumerate() {
+                want.push((
+                    base + j as i64,
+                    v.clone().into_bytes(),
+                    format!("k{j}").into_bytes(),
+                ));
+            }
+        }
+        // From the middle of the first compressed batch on.
+        let (records, next) = decode_records(&tp, &all.freeze(), 4).unwrap();
+        let got: Vec<(i64, Vec<u8>, Vec<u8>)> = records
+            .iter()
+            .map(|r| {
+                let value = r.value.as_deref().unwrap().to_vec();
+                (r.offset, value, r.key.as_deref().unwrap().to_vec())
+            })
+            .collect();
+        assert_eq!(got, want[4..]);
+        assert_eq!(next, Some(15));
+        assert!(records.iter().all(|r| r.headers.len() == 1));
     }
 
     #[test]

@@ -134,6 +134,7 @@ impl Producer {
             linger: Duration::from_millis(config.linger_ms),
             delivery_timeout: Duration::from_millis(config.delivery_timeout_ms),
             guarantee_order: config.max_in_flight_requests_per_connection == 1,
+            compression: config.compression_type,
         });
         let shared = Arc::new(Shared {
             state: Mutex::new(State {

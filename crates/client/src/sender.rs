@@ -542,6 +542,7 @@ mod tests {
                 linger: Duration::ZERO,
                 delivery_timeout: Duration::from_secs(1),
                 guarantee_order: false,
+                compression: syncline_proto::compression::Compression::None,
             });
             let now = Instant::now();
             for (t, p) in [("a", 0), ("b", 1), ("a", 2)] {

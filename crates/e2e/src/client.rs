@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use syncline_client::Connection;
-use syncline_proto::batch::BatchBuilder;
+use syncline_proto::batch::{BatchBuilder, BatchHeader};
 use syncline_proto::pb::{self, request::Body, response::Body as Resp};
 use syncline_proto::ErrorCode;
 
@@ -55,7 +55,25 @@ pub async fn read_all(
     partition: i32,
     from: i64,
 ) -> anyhow::Result<Vec<(i64, Vec<u8>)>> {
-    let mut out = Vec::new();
+    Ok(read_batches(conn, topic, partition, from)
+        .await?
+        .into_iter()
+        .flat_map(|(_, records)| records)
+        .collect())
+}
+
+/// One fetched batch: its header and its (offset, value) records.
+pub type FetchedBatch = (BatchHeader, Vec<(i64, Vec<u8>)>);
+
+/// As [`read_all`], batch by batch with each batch's header (as stored: its
+/// compression codec, its size).
+pub async fn read_batches(
+    conn: &Connection,
+    topic: &str,
+    partition: i32,
+    from: i64,
+) -> anyhow::Result<Vec<FetchedBatch>> {
+    let mut out: Vec<FetchedBatch> = Vec::new();
     let mut offset = from;
     loop {
         let body = Body::Fetch(pb::FetchRequest {
@@ -89,16 +107,18 @@ pub async fn read_all(
         anyhow::ensure!(code == ErrorCode::None, "fetch at {offset}: {code}");
         let before = out.len();
         for b in syncline_proto::batch::split(&p.records) {
-            let (_, bytes) = b?;
-            for r in syncline_proto::batch::records(bytes)? {
+            let (header, bytes) = b?;
+            let mut records = Vec::new();
+            for r in syncline_proto::batch::records(bytes)?.iter() {
                 let r = r?;
                 if r.offset >= offset {
-                    out.push((r.offset, r.view.value.unwrap_or_default().to_vec()));
+                    records.push((r.offset, r.view.value.unwrap_or_default().to_vec()));
                 }
             }
-        }
-        if let Some((last, _)) = out.last() {
-            offset = last + 1;
+            if let Some((last, _)) = records.last() {
+                offset = last + 1;
+                out.push((header, records));
+            }
         }
         if out.len() == before || offset >= p.high_watermark {
             return Ok(out);

@@ -387,6 +387,7 @@ pub fn values(records: &[u8]) -> Vec<(i64, Vec<u8>)> {
             let (_, bytes) = b.unwrap();
             syncline_proto::batch::records(bytes)
                 .unwrap()
+                .iter()
                 .map(|r| {
                     let r = r.unwrap();
                     (r.offset, r.view.value.unwrap_or_default().to_vec())

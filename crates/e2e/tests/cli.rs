@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
+use syncline_e2e::checks::{wait_logs_identical, WAIT};
 use syncline_e2e::{wait_for, Cluster};
+use syncline_proto::compression::{Compression, CODECS};
 
 fn stdout(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -192,4 +194,94 @@ async fn produce_warns_when_fewer_replicas_than_the_replication_factor_acknowled
         "{err}"
     );
     cluster.resume(2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_compression_codec_is_produced_stored_as_sent_replicated_and_consumed() {
+    let cluster = Cluster::start(3, "").await;
+    let topic = "packed";
+    let out = cluster.cli(
+        &[
+            "topic",
+            "create",
+            topic,
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "3",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut input = String::new();
+    for codec in CODECS {
+        let lines: String = (0..500)
+            .map(|i| format!("{codec} line {i} {}\n", "compressible ".repeat(20)))
+            .collect();
+        let out = cluster.cli(
+            &[
+                "produce",
+                topic,
+                "--acks",
+                "all",
+                "--linger-ms",
+                "20",
+                "--batch-size",
+                "65536",
+                "--compression-type",
+                codec.name(),
+            ],
+            Some(lines.as_bytes()),
+        );
+        assert!(
+            out.status.success(),
+            "produce with {codec}: {}",
+            stderr(&out)
+        );
+        input.push_str(&lines);
+    }
+    let out = cluster.cli(
+        &[
+            "consume",
+            topic,
+            "--from-beginning",
+            "--max-messages",
+            "2500",
+            "--timeout-ms",
+            "20000",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out) == input,
+        "consumed values differ from the produced lines"
+    );
+
+    // The leader stores each batch as the producer compressed it.
+    let leader = cluster.partition(1, topic, 0).await.unwrap().leader_id;
+    let conn = cluster.connect(leader).await.unwrap();
+    let batches = syncline_e2e::client::read_batches(&conn, topic, 0, 0)
+        .await
+        .unwrap();
+    let mut codecs: Vec<Compression> = batches.iter().map(|(h, _)| h.codec().unwrap()).collect();
+    codecs.dedup();
+    assert_eq!(codecs, CODECS, "codecs of the stored batches, in order");
+    let stored = |codec: Compression| -> usize {
+        batches
+            .iter()
+            .filter(|(h, _)| h.codec().unwrap() == codec)
+            .map(|(h, _)| h.total_len())
+            .sum()
+    };
+    for codec in &CODECS[1..] {
+        assert!(
+            stored(*codec) * 4 < stored(Compression::None),
+            "{codec}: {} bytes stored, uncompressed {}",
+            stored(*codec),
+            stored(Compression::None)
+        );
+    }
+    // And every follower holds the same bytes.
+    wait_logs_identical(&cluster, topic, 0, WAIT).await;
 }

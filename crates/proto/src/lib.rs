@@ -10,6 +10,7 @@
 
 pub mod batch;
 mod common;
+pub mod compression;
 pub mod frame;
 
 pub use common::{
@@ -97,6 +98,9 @@ impl From<&batch::BatchError> for ErrorCode {
     fn from(e: &batch::BatchError) -> Self {
         match e {
             batch::BatchError::Compressed(_) => ErrorCode::UnsupportedCompressionType,
+            batch::BatchError::Decompression(compression::CompressionError::TooLarge {
+                ..
+            }) => ErrorCode::MessageTooLarge,
             _ => ErrorCode::CorruptMessage,
         }
     }
