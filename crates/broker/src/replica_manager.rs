@@ -301,8 +301,22 @@ impl ReplicaManager {
                 return Err(((&e).into(), Some(partition)));
             }
         }
+        // A topic with its own compression.type stores batches in that codec.
+        let records = match partition.compression() {
+            None => p.records.clone(),
+            Some(codec) => {
+                let records = batch::recompress_all(&p.records, codec)
+                    .map_err(|e| ((&e).into(), Some(partition.clone())))?;
+                let too_large = batch::split(&records)
+                    .any(|b| b.is_ok_and(|(_, bytes)| bytes.len() > self.config.message_max_bytes));
+                if too_large {
+                    return Err((ErrorCode::MessageTooLarge, Some(partition)));
+                }
+                records
+            }
+        };
         let (append, effects) = partition
-            .append_as_leader(&p.records, acks, p.current_leader_epoch, now_ms)
+            .append_as_leader(&records, acks, p.current_leader_epoch, now_ms)
             .map_err(|code| (code, Some(partition.clone())))?;
         self.metrics.bytes_in(p.records.len());
         Ok((partition, append, effects))

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use syncline_controller::TopicConfig as TypedTopicConfig;
 use syncline_log::LogConfig;
+use syncline_proto::compression::Compression;
 
 use crate::config::BrokerConfig;
 
@@ -16,6 +17,9 @@ use crate::config::BrokerConfig;
 pub struct TopicConfig {
     pub(crate) min_insync_replicas: usize,
     pub(crate) replica_lag_time_max: Duration,
+    /// `compression.type`: `None` keeps the producer's codec; a codec makes the
+    /// leader recompress batches into it.
+    pub(crate) compression: Option<Compression>,
     pub(crate) log: LogConfig,
 }
 
@@ -32,6 +36,7 @@ pub fn controller_defaults(b: &BrokerConfig) -> TypedTopicConfig {
         replica_lag_time_max_ms: long(b.replica_lag_time_max_ms),
         flush_messages: long(b.flush_messages),
         flush_ms: long(b.flush_ms),
+        compression_type: None,
     }
 }
 
@@ -62,6 +67,7 @@ impl TopicConfig {
         TopicConfig {
             min_insync_replicas: typed.min_insync_replicas.max(1) as usize,
             replica_lag_time_max: Duration::from_millis(typed.replica_lag_time_max_ms.max(1) as u64),
+            compression: typed.compression_type,
             log: LogConfig {
                 segment_bytes: typed.segment_bytes.max(1024) as u64,
                 segment_ms: (typed.segment_ms > 0).then_some(typed.segment_ms as u64),
@@ -98,6 +104,7 @@ mod tests {
             ("replica.lag.time.max.ms", "2000"),
             ("flush.messages", "1"),
             ("segment.bytes", "4096"),
+            ("compression.type", "zstd"),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -107,5 +114,7 @@ mod tests {
         assert_eq!(c.replica_lag_time_max, Duration::from_millis(2000));
         assert_eq!(c.log.flush_messages, 1);
         assert_eq!(c.log.segment_bytes, 4096);
+        assert_eq!(c.compression, Some(Compression::Zstd));
+        assert_eq!(plain.compression, None, "producer: batches kept as sent");
     }
 }

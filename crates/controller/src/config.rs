@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use syncline_proto::compression::{Compression, CODECS};
+
 /// `min.insync.replicas`: the ISR size `acks=all` needs.
 pub const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";
 /// `unclean.leader.election.enable`: may a replica outside the ISR become leader.
@@ -22,9 +24,12 @@ pub const REPLICA_LAG_TIME_MAX_MS: &str = "replica.lag.time.max.ms";
 pub const FLUSH_MESSAGES: &str = "flush.messages";
 /// `flush.ms`: fsync after this long.
 pub const FLUSH_MS: &str = "flush.ms";
+/// `compression.type`: `producer` keeps each batch as the producer compressed it;
+/// a codec (or `uncompressed`) makes the leader recompress batches into it.
+pub const COMPRESSION_TYPE: &str = "compression.type";
 
 /// Every topic config key the controller accepts.
-pub const TOPIC_CONFIG_KEYS: [&str; 9] = [
+pub const TOPIC_CONFIG_KEYS: [&str; 10] = [
     MIN_INSYNC_REPLICAS,
     UNCLEAN_LEADER_ELECTION_ENABLE,
     RETENTION_MS,
@@ -34,6 +39,7 @@ pub const TOPIC_CONFIG_KEYS: [&str; 9] = [
     REPLICA_LAG_TIME_MAX_MS,
     FLUSH_MESSAGES,
     FLUSH_MS,
+    COMPRESSION_TYPE,
 ];
 
 /// A topic config key or value that is not accepted; the message names the key and
@@ -68,6 +74,17 @@ pub struct TopicConfig {
     pub flush_messages: i64,
     /// `flush.ms` (never).
     pub flush_ms: i64,
+    /// `compression.type` (`producer`: `None`; `uncompressed`: `Some(None)`).
+    pub compression_type: Option<Compression>,
+}
+
+/// The text of a `compression.type` value, Kafka's topic-level names.
+fn compression_name(c: Option<Compression>) -> &'static str {
+    match c {
+        None => "producer",
+        Some(Compression::None) => "uncompressed",
+        Some(codec) => codec.name(),
+    }
 }
 
 impl Default for TopicConfig {
@@ -82,6 +99,7 @@ impl Default for TopicConfig {
             replica_lag_time_max_ms: 30_000,
             flush_messages: i64::MAX,
             flush_ms: i64::MAX,
+            compression_type: None,
         }
     }
 }
@@ -168,6 +186,10 @@ impl TopicConfig {
             ),
             (FLUSH_MESSAGES, self.flush_messages.to_string()),
             (FLUSH_MS, self.flush_ms.to_string()),
+            (
+                COMPRESSION_TYPE,
+                compression_name(self.compression_type).to_string(),
+            ),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
@@ -247,6 +269,14 @@ impl TopicConfig {
             FLUSH_MS => {
                 self.flush_ms = int(&NON_NEGATIVE_LONG)?;
                 Ok(self.flush_ms.to_string())
+            }
+            COMPRESSION_TYPE => {
+                let accepted = std::iter::once(None)
+                    .chain(CODECS.map(Some))
+                    .find(|c| compression_name(*c).eq_ignore_ascii_case(raw.trim()))
+                    .ok_or_else(|| invalid("producer, uncompressed, gzip, snappy, lz4 or zstd"))?;
+                self.compression_type = accepted;
+                Ok(compression_name(accepted).to_string())
             }
             _ => Err(InvalidConfig {
                 key: key.to_owned(),

@@ -285,3 +285,127 @@ async fn every_compression_codec_is_produced_stored_as_sent_replicated_and_consu
     // And every follower holds the same bytes.
     wait_logs_identical(&cluster, topic, 0, WAIT).await;
 }
+
+/// Codecs of the stored batches of `topic`-0 from `from`, as its leader serves them.
+async fn stored_codecs(cluster: &Cluster, topic: &str, from: i64) -> Vec<Compression> {
+    let leader = cluster.partition(1, topic, 0).await.unwrap().leader_id;
+    let conn = cluster.connect(leader).await.unwrap();
+    let batches = syncline_e2e::client::read_batches(&conn, topic, 0, from)
+        .await
+        .unwrap();
+    let mut codecs: Vec<Compression> = batches.iter().map(|(h, _)| h.codec().unwrap()).collect();
+    codecs.dedup();
+    codecs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_compression_type_makes_the_leader_recompress_and_changes_live() {
+    let cluster = Cluster::start(1, "").await;
+    let topic = "zstd-topic";
+    let cli = |args: &[&str], stdin: Option<&[u8]>| {
+        let out = cluster.cli(args, stdin);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        out
+    };
+    cli(
+        &[
+            "topic",
+            "create",
+            topic,
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "1",
+            "--config",
+            "compression.type=zstd",
+        ],
+        None,
+    );
+    let lines = |tag: &str| -> String {
+        (0..200)
+            .map(|i| format!("{tag} {i} {}\n", "zzz ".repeat(30)))
+            .collect()
+    };
+    let mut input = String::new();
+    for codec in ["none", "lz4"] {
+        let l = lines(codec);
+        cli(
+            &["produce", topic, "--compression-type", codec],
+            Some(l.as_bytes()),
+        );
+        input.push_str(&l);
+    }
+    assert_eq!(stored_codecs(&cluster, topic, 0).await, [Compression::Zstd]);
+    let out = cli(&["topic", "describe", topic, "--json"], None);
+    let described: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(
+        described["configs"]["compression.type"], "zstd",
+        "{described}"
+    );
+
+    // Back to Kafka's default: batches are kept as the producer sent them. The
+    // leader applies the change a moment later: probe (one line a batch) until a
+    // gzip batch is stored as gzip.
+    cli(
+        &[
+            "topic",
+            "alter",
+            topic,
+            "--config",
+            "compression.type=producer",
+        ],
+        None,
+    );
+    let input = std::cell::RefCell::new(input);
+    let probes = std::cell::Cell::new(0);
+    wait_for("the new config to reach the leader", WAIT, || async {
+        let line = format!("probe {}\n", probes.get());
+        let out = cluster.cli(
+            &["produce", topic, "--compression-type", "gzip"],
+            Some(line.as_bytes()),
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        input.borrow_mut().push_str(&line);
+        let from = 400 + probes.get();
+        probes.set(probes.get() + 1);
+        stored_codecs(&cluster, topic, from).await == [Compression::Gzip]
+    })
+    .await;
+    let input = input.into_inner();
+    let total = (400 + probes.get()).to_string();
+    let out = cli(
+        &[
+            "consume",
+            topic,
+            "--from-beginning",
+            "--max-messages",
+            &total,
+            "--timeout-ms",
+            "20000",
+        ],
+        None,
+    );
+    assert!(
+        stdout(&out) == input,
+        "consumed values differ from the produced lines"
+    );
+
+    let out = cluster.cli(
+        &[
+            "topic",
+            "alter",
+            topic,
+            "--config",
+            "compression.type=brotli",
+        ],
+        None,
+    );
+    assert!(!out.status.success());
+    assert!(
+        format!("{}{}", stdout(&out), stderr(&out))
+            .contains("producer, uncompressed, gzip, snappy, lz4 or zstd"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+}

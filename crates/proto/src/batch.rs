@@ -249,6 +249,52 @@ pub fn validated_records(batch: &[u8]) -> Result<RecordSet<'_>, BatchError> {
     Ok(set)
 }
 
+/// One whole, validated batch with its records in `codec`: the same header
+/// fields (producer id, sequence, timestamps, the other attribute bits), a new
+/// length and CRC. `None` when the batch already is in `codec`.
+pub fn recompress(batch: &[u8], codec: Compression) -> Result<Option<Vec<u8>>, BatchError> {
+    let header = BatchHeader::parse(batch)?;
+    if header.compression() == codec.id() {
+        return Ok(None);
+    }
+    let section = records_section(&header, batch)?;
+    let packed = codec
+        .compress(section.bytes())
+        .map_err(BatchError::Decompression)?;
+    let mut out = Vec::with_capacity(HEADER_LEN + packed.len());
+    out.extend_from_slice(&batch[..HEADER_LEN]);
+    out.extend_from_slice(&packed);
+    let length = i32::try_from(out.len() - LOG_OVERHEAD)
+        .map_err(|_| BatchError::BadRecords("recompressed batch too large"))?;
+    out[BATCH_LENGTH_AT..BATCH_LENGTH_AT + 4].copy_from_slice(&length.to_be_bytes());
+    let attributes = (header.attributes & !COMPRESSION_MASK) | i16::from(codec.id());
+    out[ATTRIBUTES_AT..ATTRIBUTES_AT + 2].copy_from_slice(&attributes.to_be_bytes());
+    let crc = compute_crc(&out);
+    out[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+    Ok(Some(out))
+}
+
+/// Every batch of `buf` (validated) in `codec`: `buf` itself when all already are.
+pub fn recompress_all(buf: &Bytes, codec: Compression) -> Result<Bytes, BatchError> {
+    let mut out: Option<BytesMut> = None;
+    let mut done = 0;
+    for b in split(buf) {
+        let (header, bytes) = b?;
+        if let Some(packed) = recompress(bytes, codec)? {
+            let out = out.get_or_insert_with(|| {
+                let mut o = BytesMut::with_capacity(buf.len());
+                o.extend_from_slice(&buf[..done]);
+                o
+            });
+            out.extend_from_slice(&packed);
+        } else if let Some(out) = &mut out {
+            out.extend_from_slice(bytes);
+        }
+        done += header.total_len();
+    }
+    Ok(out.map_or_else(|| buf.clone(), BytesMut::freeze))
+}
+
 /// Checks the CRC and sizes of one whole batch (what a follower checks on bytes
 /// that the leader validated already).
 pub fn verify_crc(batch: &[u8]) -> Result<BatchHeader, BatchError> {
@@ -825,6 +871,38 @@ mod tests {
                 assert_eq!((h.key, h.value), (&b"h"[..], Some(&b"v"[..])));
             }
         }
+    }
+
+    #[test]
+    fn recompression_keeps_every_record_and_header_field() {
+        let value = b"recompress me ".repeat(30);
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&compressed(Compression::Gzip, 5, &value));
+        buf.extend_from_slice(&compressed(Compression::Zstd, 3, &value));
+        let buf = buf.freeze();
+        // Already all zstd? No: the gzip batch is rewritten, the zstd one kept.
+        let out = recompress_all(&buf, Compression::Zstd).unwrap();
+        let batches: Vec<_> = split(&out).map(Result::unwrap).collect();
+        assert_eq!(batches.len(), 2);
+        assert_eq!(batches[1].1, split(&buf).nth(1).unwrap().unwrap().1);
+        let before = records(split(&buf).next().unwrap().unwrap().1).unwrap();
+        let after = validated_records(batches[0].1).unwrap();
+        assert_eq!(after.header().codec().unwrap(), Compression::Zstd);
+        let (mut old, mut new) = (*before.header(), *after.header());
+        assert_ne!((old.crc, old.batch_length), (new.crc, new.batch_length));
+        (old.crc, old.batch_length, old.attributes) = (0, 0, 0);
+        (new.crc, new.batch_length, new.attributes) = (0, 0, 0);
+        assert_eq!(old, new, "the other header fields are kept");
+        let a: Vec<_> = before.iter().collect();
+        let b: Vec<_> = after.iter().collect();
+        assert_eq!(a, b);
+        // To uncompressed, and a buffer already in the codec is returned as is.
+        let plain = recompress_all(&buf, Compression::None).unwrap();
+        assert!(split(&plain).all(|b| b.unwrap().0.compression() == 0));
+        assert_eq!(
+            recompress_all(&plain, Compression::None).unwrap().as_ptr(),
+            plain.as_ptr()
+        );
     }
 
     /// A batch rewritten with `attributes` and a correct CRC.

@@ -22,12 +22,13 @@ pub mod leader_state;
 pub mod truncation;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 use syncline_log::{Log, LogError};
+use syncline_proto::compression::Compression;
 pub use syncline_proto::TopicPartition;
 use syncline_proto::{pb, EpochEndOffset, ErrorCode};
 use tokio::time::Instant;
@@ -137,6 +138,16 @@ pub struct Partition {
     /// written only by [`Partition::execute`], from the core's effects.
     log_end_offset: AtomicI64,
     high_watermark: AtomicI64,
+    /// The topic's `compression.type` as a codec id, [`PRODUCER_CODEC`] for
+    /// `producer`: read on every produce, written when the config changes.
+    compression: AtomicU8,
+}
+
+/// [`Partition::compression`] of `compression.type=producer`.
+const PRODUCER_CODEC: u8 = u8::MAX;
+
+fn codec_id(c: Option<Compression>) -> u8 {
+    c.map_or(PRODUCER_CODEC, Compression::id)
 }
 
 impl std::fmt::Debug for Partition {
@@ -211,6 +222,7 @@ impl Partition {
             isr_listener,
             log_end_offset: AtomicI64::new(core.log_end_offset()),
             high_watermark: AtomicI64::new(core.high_watermark()),
+            compression: AtomicU8::new(codec_id(config.compression)),
             log: RwLock::new(log),
             core: Mutex::new(core),
         })
@@ -499,6 +511,15 @@ impl Partition {
         self.execute(effects)
     }
 
+    /// The codec the topic's `compression.type` asks produced batches to be
+    /// stored in; `None`: as the producer sent them.
+    pub fn compression(&self) -> Option<Compression> {
+        match self.compression.load(Ordering::Relaxed) {
+            PRODUCER_CODEC => None,
+            id => Compression::from_id(id).ok(),
+        }
+    }
+
     // --- role changes ---
 
     /// Applies the controller's announcement, with the topic's config.
@@ -511,6 +532,8 @@ impl Partition {
     ) -> Effects {
         // Announcements rarely change the config: compare under the read lock, so
         // appends are not held up by a write lock for nothing.
+        self.compression
+            .store(codec_id(config.compression), Ordering::Relaxed);
         let changed = *self.log.read().config() != config.log;
         if changed {
             tracing::info!(partition = %self.tp, config = ?config.log, "log config changed");

@@ -329,9 +329,33 @@ async fn without_a_majority_propose_times_out_and_works_again_after_healing() {
 /// A leader whose proposal timed out and that takes office again in the same
 /// term decides on an image with that entry in it: the barrier commits behind
 /// everything in the leader's log, not only up to the commit index it knew.
+///
+/// The scenario needs the leadership to stay through a short cut. A loaded
+/// machine can starve the voters past an election timeout (it did, once in a run
+/// with a fuzz build beside it): then the leadership moves and the case did not
+/// happen, so it is set up again on a fresh cluster, up to three times. What is
+/// asserted of the barrier holds on every attempt that reaches it.
 #[tokio::test]
 async fn the_barrier_applies_an_entry_of_the_same_term_whose_proposal_timed_out() {
+    for attempt in 1..=3 {
+        match same_term_barrier_attempt().await {
+            Ok(()) => return,
+            Err(moved) => eprintln!("attempt {attempt}: {moved}; setting the case up again"),
+        }
+    }
+    panic!("the leadership moved in three attempts: the case never happened");
+}
+
+/// One attempt of the test above: `Err` when the leadership moved (the case did
+/// not happen), a panic when the barrier broke its promise.
+async fn same_term_barrier_attempt() -> Result<(), String> {
     let cl = Cluster::start(&[1, 2, 3], 1000).await;
+    let outcome = same_term_barrier_case(&cl).await;
+    cl.shutdown().await;
+    outcome
+}
+
+async fn same_term_barrier_case(cl: &Cluster) -> Result<(), String> {
     let leader = cl.leader().await;
     leader.propose(starts(1, 1), PROPOSE).await.unwrap();
     let (leader_id, term) = (leader.status().node_id, leader.status().term);
@@ -345,6 +369,7 @@ async fn the_barrier_applies_an_entry_of_the_same_term_whose_proposal_timed_out(
         .await
     {
         Err(ProposeError::Timeout { .. }) => {}
+        Err(ProposeError::NotLeader { .. }) => return Err("the leader stepped down".into()),
         other => panic!("expected a timeout, got {other:?}"),
     }
     assert_eq!(
@@ -355,18 +380,21 @@ async fn the_barrier_applies_an_entry_of_the_same_term_whose_proposal_timed_out(
     for &id in &others {
         cl.router.set_cut(id, false);
     }
-    leader.barrier(PROPOSE).await.unwrap();
-    assert_eq!(
-        (leader.status().node_id, leader.status().term),
-        (leader_id, term),
-        "the test needs the same leader in the same term"
-    );
+    let barrier = leader.barrier(PROPOSE).await;
+    let now = (leader.status().node_id, leader.status().term);
+    if !leader.status().is_leader || now.1 != term {
+        return Err(format!(
+            "the leadership moved (voter {leader_id} in term {term}, now {now:?}; barrier: {barrier:?})"
+        ));
+    }
+    barrier.unwrap();
+    assert_eq!(now, (leader_id, term));
     assert_eq!(
         leader.image().controller_epoch(),
         2,
         "the barrier returned before the timed-out entry of its own term applied"
     );
-    cl.shutdown().await;
+    Ok(())
 }
 
 #[tokio::test]
