@@ -183,6 +183,7 @@ fn defaults_fill_in_and_are_echoed() {
         ("replica.lag.time.max.ms", "30000"),
         ("flush.messages", "9223372036854775807"),
         ("flush.ms", "9223372036854775807"),
+        ("compression.type", "producer"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
