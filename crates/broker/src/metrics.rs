@@ -107,6 +107,8 @@ pub struct BrokerMetrics {
     apis: Vec<Arc<ApiMetrics>>,
     bytes_in: Counter,
     bytes_out: Counter,
+    produce_duplicates: Counter,
+    produce_out_of_order: Counter,
     throttled_replication_bytes: Family<SideLabel, Counter>,
     pub(crate) partition_isr_size: Family<PartitionLabel, Gauge>,
     pub(crate) partition_max_replica_lag: Family<PartitionLabel, Gauge>,
@@ -299,6 +301,18 @@ impl BrokerMetrics {
             "Record bytes sent to consumers and followers",
             bytes_out.clone(),
         );
+        let produce_duplicates = Counter::default();
+        registry.register(
+            "produce_duplicates",
+            "Idempotent producers' retries of batches already in the log, answered with the original offsets and not written again",
+            produce_duplicates.clone(),
+        );
+        let produce_out_of_order = Counter::default();
+        registry.register(
+            "produce_out_of_order_sequences",
+            "Idempotent producers' batches refused with OUT_OF_ORDER_SEQUENCE_NUMBER (a gap in the sequence)",
+            produce_out_of_order.clone(),
+        );
         let throttled_replication_bytes = Family::<SideLabel, Counter>::default();
         registry.register(
             "throttled_replication_bytes",
@@ -351,6 +365,8 @@ impl BrokerMetrics {
             apis,
             bytes_in,
             bytes_out,
+            produce_duplicates,
+            produce_out_of_order,
             throttled_replication_bytes,
             partition_isr_size,
             partition_max_replica_lag,
@@ -392,6 +408,16 @@ impl BrokerMetrics {
 
     pub(crate) fn bytes_out(&self, n: usize) {
         self.bytes_out.inc_by(n as u64);
+    }
+
+    /// An idempotent producer's duplicate batch was answered without a write.
+    pub(crate) fn produce_duplicate(&self) {
+        self.produce_duplicates.inc();
+    }
+
+    /// An idempotent producer's batch was out of sequence.
+    pub(crate) fn produce_out_of_order(&self) {
+        self.produce_out_of_order.inc();
     }
 
     /// `n` bytes of throttled replicas moved on `side`.

@@ -226,6 +226,9 @@ impl ReplicaManager {
                 };
                 match result {
                     Ok((partition, append, effects)) => {
+                        if append.duplicate {
+                            self.metrics.produce_duplicate();
+                        }
                         out.base_offset = append.base_offset;
                         out.log_start_offset = append.log_start_offset;
                         let rf = partition.replicas().len() as i32;
@@ -245,6 +248,9 @@ impl ReplicaManager {
                         }
                     }
                     Err((code, partition)) => {
+                        if code == ErrorCode::OutOfOrderSequenceNumber {
+                            self.metrics.produce_out_of_order();
+                        }
                         out.error_code = code as i32;
                         out.error_message = code.name().to_string();
                         if let Some(p) = partition.filter(|_| code.is_leadership_error()) {

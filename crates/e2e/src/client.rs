@@ -23,6 +23,17 @@ pub async fn produce(
     acks: i32,
     values: &[Vec<u8>],
 ) -> anyhow::Result<pb::ProducePartitionResponse> {
+    produce_records(conn, topic, partition, acks, batch(values)).await
+}
+
+/// Produces `records` (whole batches, as built); returns the partition's answer.
+pub async fn produce_records(
+    conn: &Connection,
+    topic: &str,
+    partition: i32,
+    acks: i32,
+    records: Bytes,
+) -> anyhow::Result<pb::ProducePartitionResponse> {
     let body = Body::Produce(pb::ProduceRequest {
         acks,
         timeout_ms: 5_000,
@@ -31,7 +42,7 @@ pub async fn produce(
             partitions: vec![pb::ProducePartition {
                 partition,
                 current_leader_epoch: None,
-                records: batch(values),
+                records,
             }],
         }],
     });

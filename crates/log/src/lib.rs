@@ -47,6 +47,7 @@ mod epoch_cache;
 mod error;
 mod index;
 mod log;
+mod producer_state;
 mod recovery;
 mod segment;
 
@@ -54,3 +55,7 @@ pub use config::LogConfig;
 pub use epoch_cache::{EpochEntry, LeaderEpochCache};
 pub use error::LogError;
 pub use log::{AppendInfo, Log, ReadInfo, RetentionInfo};
+pub use producer_state::{
+    last_sequence, next_sequence, BatchRef, ProducerEntry, ProducerStates, SequenceCheck,
+    SequenceError, BATCHES_PER_PRODUCER,
+};

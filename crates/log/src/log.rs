@@ -13,6 +13,7 @@ use crate::checkpoint::{
 };
 use crate::epoch_cache::{EpochEntry, LeaderEpochCache};
 use crate::index::remove_if_exists;
+use crate::producer_state::ProducerStates;
 use crate::recovery::recover_dir;
 use crate::segment::{check_header, remove_segment_files, PendingBatch, Segment};
 use crate::{LogConfig, LogError};
@@ -71,6 +72,8 @@ pub struct Log {
     /// `write_high_watermark` takes `&self`: concurrent callers would share the
     /// checkpoint's temporary file.
     high_watermark_lock: Mutex<()>,
+    /// Idempotent producers' state, folded from every batch in the log.
+    producers: ProducerStates,
 }
 
 impl std::fmt::Debug for Log {
@@ -102,7 +105,9 @@ impl Log {
             oldest_unflushed_append_ms: None,
             failed: None,
             high_watermark_lock: Mutex::new(()),
+            producers: ProducerStates::default(),
         };
+        log.rebuild_producers()?;
         if recovered.epochs_changed {
             log.write_epochs()?;
         }
@@ -124,6 +129,23 @@ impl Log {
             checkpoint::sync_dir(&log.dir)?;
         }
         Ok(log)
+    }
+
+    /// Idempotent producers' state (Kafka's producer state): what a leader
+    /// checks a producer's batch against before appending it.
+    pub fn producer_states(&self) -> &ProducerStates {
+        &self.producers
+    }
+
+    /// Rebuilds the producer state from every batch header in the log (at start-up
+    /// and after a truncation; Kafka's snapshots would shorten this scan).
+    fn rebuild_producers(&mut self) -> Result<(), LogError> {
+        let mut states = ProducerStates::default();
+        for segment in &self.segments {
+            segment.each_header(|h| states.update(h))?;
+        }
+        self.producers = states;
+        Ok(())
     }
 
     /// The directory holding the log.
@@ -355,6 +377,9 @@ impl Log {
             return Err(e);
         }
         self.oldest_unflushed_append_ms.get_or_insert(now_ms);
+        for b in pending {
+            self.producers.update(&b.header);
+        }
         let info = AppendInfo {
             first_offset: log_end_before,
             last_offset: self.log_end_offset() - 1,
@@ -673,6 +698,9 @@ impl Log {
         if self.epochs.truncate_from_end(new_end) {
             self.write_epochs()?;
         }
+        // As it was before the removed batches (KIP-101: a truncated batch is not
+        // a duplicate, its producer's next sequence is again the one it had).
+        self.rebuild_producers()?;
         if self.recovery_point >= new_end {
             self.oldest_unflushed_append_ms = None;
         }
@@ -703,6 +731,7 @@ impl Log {
         if self.epochs.clear() {
             self.write_epochs()?;
         }
+        self.producers = ProducerStates::default();
         self.recovery_point = offset;
         self.oldest_unflushed_append_ms = None;
         checkpoint::write_offset(&self.dir, RECOVERY_POINT_FILE, offset)?;
@@ -767,6 +796,7 @@ impl Log {
         if self.epochs.truncate_from_start(self.log_start_offset()) {
             self.write_epochs()?;
         }
+        self.producers.prune_below(self.log_start_offset());
         Ok(())
     }
 

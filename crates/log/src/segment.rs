@@ -445,6 +445,18 @@ impl Segment {
         HeaderReader::new(&self.file, &self.path, self.contents.size_bytes)
     }
 
+    /// Calls `f` with every batch header of the segment, in order.
+    pub(crate) fn each_header(&self, mut f: impl FnMut(&BatchHeader)) -> Result<(), LogError> {
+        let mut headers = self.headers();
+        let mut position = 0u64;
+        while position < self.contents.size_bytes {
+            let header = headers.header_at(position)?;
+            f(&header);
+            position += header.total_len() as u64;
+        }
+        Ok(())
+    }
+
     /// Appends batches that follow the segment's last one (checked by the caller).
     /// A failed write is undone by cutting the file back; when even that fails the
     /// segment's end on disk is unknown and the error is `LogError::Failed`.

@@ -5,7 +5,7 @@ mod common;
 use std::fs::{self, OpenOptions};
 
 use common::{batch, headers, read_all, segment_files, small_config};
-use syncline_log::{EpochEntry, Log, LogConfig, LogError};
+use syncline_log::{EpochEntry, Log, LogConfig, LogError, SequenceCheck};
 use syncline_proto::batch::{self as rb, HEADER_LEN};
 use syncline_proto::EpochEndOffset;
 
@@ -856,4 +856,78 @@ fn defaults_are_kafkas_and_the_log_can_sit_behind_a_shared_lock() {
     assert_eq!(config.flush_ms, u64::MAX);
     fn shareable<T: Send + Sync>() {}
     shareable::<Log>();
+}
+
+/// A batch of producer `pid` in `epoch`: `records` records from sequence `seq`.
+fn producer_batch(pid: i64, epoch: i16, seq: i32, records: usize) -> bytes::Bytes {
+    let mut b = rb::BatchBuilder::new(TS);
+    for _ in 0..records {
+        b.push(TS, None, Some(&[7u8; 50]), &[]);
+    }
+    b.set_producer(pid, epoch, seq);
+    b.finish()
+}
+
+#[test]
+fn producer_state_follows_appends_truncation_retention_and_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = producer_batch(1, 0, 0, 4).len();
+    let config = || LogConfig {
+        retention_bytes: one as i64 * 2,
+        ..small_config(one as u64 * 2)
+    };
+    let mut log = Log::open(dir.path(), config()).unwrap();
+    // Producer 1: sequences 0..4, 4..8, 8..12 at offsets 0, 4, 8; producer 2 at 12.
+    for seq in [0, 4, 8] {
+        log.append_as_leader(&producer_batch(1, 0, seq, 4), 1, TS)
+            .unwrap();
+    }
+    log.append_as_leader(&producer_batch(2, 3, 0, 4), 1, TS)
+        .unwrap();
+    let header = |pid, epoch, seq| headers(&producer_batch(pid, epoch, seq, 4))[0];
+    let dup = |first_offset| SequenceCheck::Duplicate {
+        first_offset,
+        last_offset: first_offset + 3,
+    };
+    assert_eq!(log.producer_states().check(&header(1, 0, 4)), Ok(dup(4)));
+    assert_eq!(
+        log.producer_states().check(&header(1, 0, 12)),
+        Ok(SequenceCheck::Append)
+    );
+    assert_eq!(log.producer_states().len(), 2);
+
+    // A follower's truncation removes the batch at 8: it is no duplicate any more,
+    // and sequence 8 is next again (KIP-101).
+    log.truncate_to(8).unwrap();
+    assert_eq!(
+        log.producer_states().check(&header(1, 0, 8)),
+        Ok(SequenceCheck::Append)
+    );
+    assert!(log.producer_states().check(&header(1, 0, 12)).is_err());
+    assert!(log.producer_states().get(2).is_none());
+    // A follower's appends fold in too.
+    let mut stamped = producer_batch(1, 0, 8, 4).to_vec();
+    rb::stamp(&mut stamped, 8, 1);
+    log.append_as_follower(&stamped, TS).unwrap();
+    assert_eq!(log.producer_states().check(&header(1, 0, 8)), Ok(dup(8)));
+
+    // Reopened, the state is rebuilt from the log.
+    let before = log.producer_states().clone();
+    drop(log);
+    let mut log = Log::open(dir.path(), config()).unwrap();
+    assert_eq!(log.producer_states(), &before);
+
+    // Retention: the segment [0, 8) goes, and with it what the log said of it.
+    log.append_as_leader(&producer_batch(1, 0, 12, 4), 1, TS)
+        .unwrap();
+    let deleted = log.delete_old_segments(TS, 16).unwrap();
+    assert_eq!(deleted.log_start_offset, 8);
+    assert!(log.producer_states().check(&header(1, 0, 4)).is_err());
+    assert_eq!(log.producer_states().check(&header(1, 0, 8)), Ok(dup(8)));
+    let pruned = log.producer_states().clone();
+    drop(log);
+    assert_eq!(
+        Log::open(dir.path(), config()).unwrap().producer_states(),
+        &pruned
+    );
 }

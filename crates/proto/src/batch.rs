@@ -619,6 +619,8 @@ pub struct BatchBuilder {
     count: i32,
     base_timestamp: i64,
     max_timestamp: i64,
+    /// Producer id, epoch and base sequence (-1, -1, -1: not idempotent).
+    producer: (i64, i16, i32),
 }
 
 impl BatchBuilder {
@@ -636,7 +638,14 @@ impl BatchBuilder {
             count: 0,
             base_timestamp,
             max_timestamp: base_timestamp,
+            producer: (-1, -1, -1),
         }
+    }
+
+    /// Marks the batch as an idempotent producer's: its producer id and epoch, and
+    /// the sequence number of its first record.
+    pub fn set_producer(&mut self, producer_id: i64, producer_epoch: i16, base_sequence: i32) {
+        self.producer = (producer_id, producer_epoch, base_sequence);
     }
 
     /// Number of records so far.
@@ -770,9 +779,10 @@ impl BatchBuilder {
             .copy_from_slice(&self.base_timestamp.to_be_bytes());
         h[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8]
             .copy_from_slice(&self.max_timestamp.to_be_bytes());
-        h[PRODUCER_ID_AT..PRODUCER_ID_AT + 8].copy_from_slice(&(-1i64).to_be_bytes());
-        h[PRODUCER_EPOCH_AT..PRODUCER_EPOCH_AT + 2].copy_from_slice(&(-1i16).to_be_bytes());
-        h[BASE_SEQUENCE_AT..BASE_SEQUENCE_AT + 4].copy_from_slice(&(-1i32).to_be_bytes());
+        let (producer_id, producer_epoch, base_sequence) = self.producer;
+        h[PRODUCER_ID_AT..PRODUCER_ID_AT + 8].copy_from_slice(&producer_id.to_be_bytes());
+        h[PRODUCER_EPOCH_AT..PRODUCER_EPOCH_AT + 2].copy_from_slice(&producer_epoch.to_be_bytes());
+        h[BASE_SEQUENCE_AT..BASE_SEQUENCE_AT + 4].copy_from_slice(&base_sequence.to_be_bytes());
         h[RECORDS_COUNT_AT..RECORDS_COUNT_AT + 4].copy_from_slice(&self.count.to_be_bytes());
         let crc = compute_crc(h);
         h[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());

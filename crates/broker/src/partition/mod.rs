@@ -28,6 +28,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 use syncline_log::{Log, LogError};
+use syncline_log::{ProducerStates, SequenceCheck, SequenceError};
+use syncline_proto::batch::{self, BatchHeader};
 use syncline_proto::compression::Compression;
 pub use syncline_proto::TopicPartition;
 use syncline_proto::{pb, EpochEndOffset, ErrorCode};
@@ -119,6 +121,9 @@ pub struct LeaderAppend {
     pub log_start_offset: i64,
     /// The leader epoch the records were written under.
     pub leader_epoch: i32,
+    /// An idempotent producer's retry of a batch already in the log: nothing was
+    /// written, the offsets are the original's.
+    pub duplicate: bool,
 }
 
 /// Told of every ISR change this leader proposed and the controller committed, while
@@ -163,6 +168,27 @@ impl std::fmt::Debug for Partition {
 fn storage(e: LogError) -> ErrorCode {
     tracing::error!(error = %e, "log operation failed");
     ErrorCode::StorageError
+}
+
+/// What the leader does with produced `batches` (validated) given the log's
+/// producer state. An idempotent producer's batch must come alone (Kafka's rule:
+/// one batch per partition in a request), else `INVALID_RECORD`.
+fn sequence_check(states: &ProducerStates, batches: &[u8]) -> Result<SequenceCheck, ErrorCode> {
+    let headers: Vec<BatchHeader> = batch::split(batches)
+        .filter_map(Result::ok)
+        .map(|(h, _)| h)
+        .collect();
+    match headers.as_slice() {
+        [h] => states.check(h).map_err(|e| {
+            tracing::debug!(error = %e, "refusing an idempotent producer's batch");
+            match e {
+                SequenceError::OutOfOrder { .. } => ErrorCode::OutOfOrderSequenceNumber,
+                SequenceError::FencedEpoch { .. } => ErrorCode::InvalidProducerEpoch,
+            }
+        }),
+        many if many.iter().any(|h| h.producer_id >= 0) => Err(ErrorCode::InvalidRecord),
+        _ => Ok(SequenceCheck::Append),
+    }
 }
 
 /// The core's view of a topic config.
@@ -308,6 +334,23 @@ impl Partition {
             }
         })?;
         let mut log = self.log.write();
+        if let SequenceCheck::Duplicate {
+            first_offset,
+            last_offset,
+        } = sequence_check(log.producer_states(), batches)?
+        {
+            tracing::debug!(partition = %self.tp, first_offset, "duplicate of a batch in the log");
+            return Ok((
+                LeaderAppend {
+                    base_offset: first_offset,
+                    last_offset,
+                    log_start_offset: log.log_start_offset(),
+                    leader_epoch: epoch,
+                    duplicate: true,
+                },
+                Effects::default(),
+            ));
+        }
         let info = log
             .append_as_leader(batches, epoch, now_ms)
             .map_err(storage)?;
@@ -322,9 +365,15 @@ impl Partition {
                 last_offset: info.last_offset,
                 log_start_offset,
                 leader_epoch: epoch,
+                duplicate: false,
             },
             effects,
         ))
+    }
+
+    /// Producers with state in this replica's log.
+    pub fn producer_count(&self) -> usize {
+        self.log.read().producer_states().len()
     }
 
     /// Where an acks=all produce that needs `required_offset` (last offset + 1),

@@ -1,0 +1,131 @@
+//! Idempotent producers' batches (a producer id, epoch and sequence numbers) on a
+//! three-broker cluster, sent by hand as a client's retries would be: a retry of a
+//! batch already written is answered with its offsets and not written again, a gap
+//! is `OUT_OF_ORDER_SEQUENCE_NUMBER`, an older epoch `INVALID_PRODUCER_EPOCH`; a
+//! new leader, having folded the same batches into its own producer state as a
+//! follower, dedupes retries of batches its predecessor wrote.
+
+use tokio::time::Instant;
+
+use bytes::Bytes;
+use syncline_e2e::checks::*;
+use syncline_e2e::client::{produce_records, read_all};
+use syncline_e2e::Cluster;
+use syncline_proto::batch::BatchBuilder;
+use syncline_proto::ErrorCode;
+
+const TOPIC: &str = "idempotent";
+const PRODUCER: i64 = 4242;
+
+/// A batch of producer [`PRODUCER`] in `epoch`: `n` records from sequence `seq`.
+fn batch(epoch: i16, seq: i32, n: usize) -> Bytes {
+    let mut b = BatchBuilder::new(1_700_000_000_000);
+    for i in 0..n {
+        let value = format!("e{epoch}-s{}", seq as usize + i);
+        b.push(1_700_000_000_000, None, Some(value.as_bytes()), &[]);
+    }
+    b.set_producer(PRODUCER, epoch, seq);
+    b.finish()
+}
+
+/// Produces `records` with acks=all to the current leader, as broker `via` knows
+/// it: (error, base offset).
+async fn send(cluster: &Cluster, via: i32, records: Bytes) -> (ErrorCode, i64) {
+    let leader = cluster.partition(via, TOPIC, 0).await.unwrap().leader_id;
+    let conn = cluster.connect(leader).await.unwrap();
+    let r = produce_records(&conn, TOPIC, 0, -1, records).await.unwrap();
+    (ErrorCode::from_wire(r.error_code), r.base_offset)
+}
+
+async fn values(cluster: &Cluster, via: i32) -> Vec<String> {
+    let leader = cluster.partition(via, TOPIC, 0).await.unwrap().leader_id;
+    let conn = cluster.connect(leader).await.unwrap();
+    read_all(&conn, TOPIC, 0, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, v)| String::from_utf8(v).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_producers_retries_are_written_once_across_a_leader_change() {
+    let mut cluster = Cluster::start_quorum(3, 3, FAST_TIMERS).await;
+    create_topic(&cluster, TOPIC, 1, 3, 2);
+    let before = by_partition(&wait_full_isr(&cluster, 1, TOPIC, WAIT).await);
+    let leader = before[&0].leader_id;
+
+    assert_eq!(
+        send(&cluster, leader, batch(0, 0, 3)).await,
+        (ErrorCode::None, 0)
+    );
+    // The response was lost, the client retries: the original offsets, no write.
+    assert_eq!(
+        send(&cluster, leader, batch(0, 0, 3)).await,
+        (ErrorCode::None, 0)
+    );
+    assert_eq!(
+        send(&cluster, leader, batch(0, 3, 2)).await,
+        (ErrorCode::None, 3)
+    );
+    // A gap: sequence 5 is next, not 6.
+    assert_eq!(
+        send(&cluster, leader, batch(0, 6, 1)).await.0,
+        ErrorCode::OutOfOrderSequenceNumber
+    );
+    // Several batches of an idempotent producer in one partition's records.
+    let mut two = batch(0, 5, 1).to_vec();
+    two.extend_from_slice(&batch(0, 6, 1));
+    assert_eq!(
+        send(&cluster, leader, Bytes::from(two)).await.0,
+        ErrorCode::InvalidRecord
+    );
+    assert_eq!(
+        values(&cluster, leader).await,
+        ["e0-s0", "e0-s1", "e0-s2", "e0-s3", "e0-s4"]
+    );
+    assert_eq!(
+        cluster
+            .metric(leader, "syncline_produce_duplicates_total")
+            .unwrap(),
+        1.0
+    );
+    assert_eq!(
+        cluster
+            .metric(leader, "syncline_produce_out_of_order_sequences_total")
+            .unwrap(),
+        1.0
+    );
+
+    // The leader dies; the new one, a follower until now, knows the producer.
+    let killed = Instant::now();
+    cluster.kill(leader);
+    let via = (1..=3).find(|id| *id != leader).unwrap();
+    wait_failover(&cluster, TOPIC, &before, leader, killed).await;
+    assert_eq!(
+        send(&cluster, via, batch(0, 3, 2)).await,
+        (ErrorCode::None, 3)
+    );
+    assert_eq!(
+        send(&cluster, via, batch(0, 5, 1)).await,
+        (ErrorCode::None, 5)
+    );
+    // A new epoch (a restarted producer) starts at 0 and fences the old one.
+    assert_eq!(
+        send(&cluster, via, batch(1, 0, 1)).await,
+        (ErrorCode::None, 6)
+    );
+    assert_eq!(
+        send(&cluster, via, batch(0, 6, 1)).await.0,
+        ErrorCode::InvalidProducerEpoch
+    );
+    // The old leader comes back and catches up as a follower: its rebuilt
+    // state and the log agree with the others.
+    cluster.restart(leader);
+    wait_full_isr(&cluster, 1, TOPIC, WAIT).await;
+    assert_eq!(
+        values(&cluster, via).await,
+        ["e0-s0", "e0-s1", "e0-s2", "e0-s3", "e0-s4", "e0-s5", "e1-s0"]
+    );
+    wait_logs_identical(&cluster, TOPIC, 0, WAIT).await;
+}
