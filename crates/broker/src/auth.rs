@@ -289,6 +289,7 @@ pub(crate) fn authorize(
         Body::AlterPartition(r) => ("AlterPartition", r.broker_id),
         Body::BrokerRegistration(r) => ("BrokerRegistration", r.broker_id),
         Body::BrokerHeartbeat(r) => ("BrokerHeartbeat", r.broker_id),
+        Body::AllocateProducerIds(r) => ("AllocateProducerIds", r.broker_id),
         Body::Raft(_) => match principal {
             Principal::Broker(id)
                 if config

@@ -41,6 +41,7 @@ pub struct Broker {
     status: watch::Receiver<BrokerStatus>,
     auth: Arc<BrokerAuth>,
     connections: Arc<crate::server::ConnectionLimits>,
+    producer_ids: crate::producer_ids::ProducerIds,
 }
 
 impl Broker {
@@ -147,6 +148,13 @@ impl Broker {
                 let forwarded = std::mem::replace(&mut r.forwarded, true);
                 self.forward(Body::DeleteTopics(r), forwarded, responder)
             }
+            Body::InitProducerId(r) => {
+                let broker = self.clone();
+                tokio::spawn(async move {
+                    let answer = broker.init_producer_id(&r).await;
+                    responder.send(Resp::InitProducerId(answer));
+                });
+            }
             Body::AlterReassignments(mut r) => {
                 let forwarded = std::mem::replace(&mut r.forwarded, true);
                 self.forward(Body::AlterReassignments(r), forwarded, responder)
@@ -168,7 +176,8 @@ impl Broker {
             ),
             body @ (Body::AlterPartition(_)
             | Body::BrokerRegistration(_)
-            | Body::BrokerHeartbeat(_)) => {
+            | Body::BrokerHeartbeat(_)
+            | Body::AllocateProducerIds(_)) => {
                 let Some(controller) = self.controller.clone() else {
                     responder.send(not_controller(&body));
                     return;
@@ -184,6 +193,28 @@ impl Broker {
                 });
             }
         }
+    }
+
+    /// InitProducerId: a new producer id (epoch 0) from this broker's block.
+    async fn init_producer_id(&self, r: &pb::InitProducerIdRequest) -> pb::InitProducerIdResponse {
+        if !r.transactional_id.is_empty() {
+            return crate::producer_ids::init_response(Err((
+                ErrorCode::InvalidRequest,
+                format!(
+                    "transactional.id {:?}: transactions are not supported; leave transactional.id unset for an idempotent producer",
+                    r.transactional_id
+                ),
+            )));
+        }
+        let request = pb::request::Body::AllocateProducerIds(pb::AllocateProducerIdsRequest {
+            broker_id: self.config.node_id,
+            broker_epoch: self.rm.broker_epoch(),
+        });
+        let id = self
+            .producer_ids
+            .next(|| self.to_active_controller(request, false))
+            .await;
+        crate::producer_ids::init_response(id)
     }
 
     /// Answers with the active controller's answer to `body` (marked forwarded
@@ -350,6 +381,14 @@ fn not_controller(body: &pb::request::Body) -> pb::response::Body {
             error_message: "this broker is not the controller".into(),
             broker_epoch: -1,
         }),
+        Body::AllocateProducerIds(_) => {
+            Resp::AllocateProducerIds(pb::AllocateProducerIdsResponse {
+                error_code: code,
+                error_message: "this broker is not the controller".into(),
+                producer_id_start: -1,
+                producer_id_len: 0,
+            })
+        }
         _ => Resp::BrokerHeartbeat(pb::BrokerHeartbeatResponse {
             error_code: code,
             ..Default::default()
@@ -563,6 +602,7 @@ pub async fn start_on(
             config.max_connections_per_ip,
             metrics.connections.clone(),
         ),
+        producer_ids: Default::default(),
     });
 
     let mut tasks = Vec::new();

@@ -210,6 +210,7 @@ fn refused_as_not_controller(response: &pb::response::Body) -> bool {
         Resp::AlterTopic(r) => r.error_code,
         Resp::AlterReassignments(r) => r.error_code,
         Resp::DeleteTopics(r) => r.error_code,
+        Resp::AllocateProducerIds(r) => r.error_code,
         _ => return false,
     };
     ErrorCode::from_wire(code) == ErrorCode::NotController

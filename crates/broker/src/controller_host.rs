@@ -555,6 +555,10 @@ impl Host {
                 let r = c.delete_topics(&req);
                 Resp::DeleteTopics(self.commit(c, r).await?)
             }
+            Req::AllocateProducerIds(req) => {
+                let r = c.allocate_producer_ids(&req);
+                Resp::AllocateProducerIds(self.commit(c, r).await?)
+            }
             Req::AlterReassignments(req) => {
                 let r = c.alter_reassignments(&req);
                 Resp::AlterReassignments(self.commit(c, r).await?)

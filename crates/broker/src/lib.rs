@@ -56,6 +56,7 @@ mod metadata_cache;
 pub mod metrics;
 pub mod net;
 pub mod partition;
+mod producer_ids;
 mod quota;
 mod replica_manager;
 mod server;

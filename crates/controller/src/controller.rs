@@ -6,9 +6,11 @@ mod alter_topic;
 mod brokers;
 mod delete_topics;
 mod elect_leaders;
+mod producer_ids;
 mod reassign;
 mod topics;
 
+pub use producer_ids::PRODUCER_ID_BLOCK_SIZE;
 pub use topics::{MAX_PARTITIONS_PER_REQUEST, MAX_TOPIC_NAME_LEN};
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -193,6 +193,14 @@ pub enum ApplyError {
         /// The offset it was given.
         got: i64,
     },
+    /// Producer id blocks only move forward: none is given out twice.
+    #[error("producer ids up to {got} were already given out (next is {current})")]
+    StaleProducerIds {
+        /// The image's next producer id.
+        current: i64,
+        /// The record's.
+        got: i64,
+    },
     /// A `MetadataRecord` with no record set.
     #[error("empty metadata record at offset {0}")]
     EmptyRecord(i64),
@@ -260,6 +268,8 @@ pub struct MetadataImage {
     topics: BTreeMap<String, TopicImage>,
     last_applied_offset: i64,
     unclean_elections_total: u64,
+    /// The first producer id not given out yet.
+    next_producer_id: i64,
 }
 
 impl Default for MetadataImage {
@@ -278,6 +288,7 @@ impl MetadataImage {
             topics: BTreeMap::new(),
             last_applied_offset: -1,
             unclean_elections_total: 0,
+            next_producer_id: 0,
         }
     }
 
@@ -304,6 +315,7 @@ impl MetadataImage {
             Record::RemoveTopic(r) => self.apply_remove_topic(r)?,
             Record::Partition(r) => self.apply_partition(r)?,
             Record::TopicConfig(r) => self.apply_topic_config(r)?,
+            Record::ProducerIds(r) => self.apply_producer_ids(r)?,
         }
         self.last_applied_offset = offset;
         debug_assert_eq!(self.check_invariants(), Ok(()));
@@ -406,6 +418,22 @@ impl MetadataImage {
             },
         );
         Ok(())
+    }
+
+    fn apply_producer_ids(&mut self, r: &pb::ProducerIdsRecord) -> Result<(), ApplyError> {
+        if r.next_producer_id <= self.next_producer_id {
+            return Err(ApplyError::StaleProducerIds {
+                current: self.next_producer_id,
+                got: r.next_producer_id,
+            });
+        }
+        self.next_producer_id = r.next_producer_id;
+        Ok(())
+    }
+
+    /// The first producer id not given out yet.
+    pub fn next_producer_id(&self) -> i64 {
+        self.next_producer_id
     }
 
     fn apply_topic_config(&mut self, r: &pb::TopicConfigRecord) -> Result<(), ApplyError> {
@@ -543,6 +571,7 @@ impl MetadataImage {
             controller_epoch: self.controller_epoch,
             last_applied_offset: self.last_applied_offset,
             unclean_elections_total: self.unclean_elections_total,
+            next_producer_id: self.next_producer_id,
             brokers: self
                 .brokers
                 .values()
@@ -664,6 +693,7 @@ impl MetadataImage {
             topics,
             last_applied_offset: snapshot.last_applied_offset,
             unclean_elections_total: snapshot.unclean_elections_total,
+            next_producer_id: snapshot.next_producer_id.max(0),
         };
         image.check_invariants().map_err(|v| InvalidSnapshot(v.0))?;
         Ok(image)

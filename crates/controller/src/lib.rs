@@ -129,6 +129,7 @@ pub use config::{
 };
 pub use controller::{
     Controller, ControllerResult, MAX_PARTITIONS_PER_REQUEST, MAX_TOPIC_NAME_LEN,
+    PRODUCER_ID_BLOCK_SIZE,
 };
 pub use image::{
     ApplyError, BrokerRegistration, InvalidSnapshot, InvariantViolation, MetadataImage,

@@ -133,6 +133,18 @@ pub(crate) fn controller_start_record(
     }))
 }
 
+pub(crate) fn producer_ids_record(
+    broker_id: i32,
+    broker_epoch: i64,
+    next_producer_id: i64,
+) -> pb::MetadataRecord {
+    record(Record::ProducerIds(pb::ProducerIdsRecord {
+        broker_id,
+        broker_epoch,
+        next_producer_id,
+    }))
+}
+
 pub(crate) fn remove_topic_record(name: &str, topic_id: i64) -> pb::MetadataRecord {
     record(Record::RemoveTopic(pb::RemoveTopicRecord {
         name: name.to_owned(),

@@ -3,16 +3,17 @@
 //! batch already written is answered with its offsets and not written again, a gap
 //! is `OUT_OF_ORDER_SEQUENCE_NUMBER`, an older epoch `INVALID_PRODUCER_EPOCH`; a
 //! new leader, having folded the same batches into its own producer state as a
-//! follower, dedupes retries of batches its predecessor wrote.
+//! follower, dedupes retries of batches its predecessor wrote. And InitProducerId:
+//! producer ids from blocks the controller records, never given twice.
 
 use tokio::time::Instant;
 
 use bytes::Bytes;
 use syncline_e2e::checks::*;
 use syncline_e2e::client::{produce_records, read_all};
-use syncline_e2e::Cluster;
+use syncline_e2e::{wait_for, Cluster};
 use syncline_proto::batch::BatchBuilder;
-use syncline_proto::ErrorCode;
+use syncline_proto::{pb, ErrorCode};
 
 const TOPIC: &str = "idempotent";
 const PRODUCER: i64 = 4242;
@@ -128,4 +129,89 @@ async fn an_idempotent_producers_retries_are_written_once_across_a_leader_change
         ["e0-s0", "e0-s1", "e0-s2", "e0-s3", "e0-s4", "e0-s5", "e1-s0"]
     );
     wait_logs_identical(&cluster, TOPIC, 0, WAIT).await;
+}
+
+/// InitProducerId through broker `id`: (error, producer id, epoch).
+async fn init_producer_id(
+    cluster: &Cluster,
+    id: i32,
+    transactional_id: &str,
+) -> (ErrorCode, i64, i32) {
+    let body = pb::request::Body::InitProducerId(pb::InitProducerIdRequest {
+        transactional_id: transactional_id.into(),
+        transaction_timeout_ms: 60_000,
+        producer_id: -1,
+        producer_epoch: -1,
+    });
+    match cluster.request(id, body).await {
+        Err(_) => (ErrorCode::NetworkException, -1, -1),
+        Ok(pb::response::Body::InitProducerId(r)) => (
+            ErrorCode::from_wire(r.error_code),
+            r.producer_id,
+            r.producer_epoch,
+        ),
+        Ok(other) => panic!("unexpected answer {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn producer_ids_are_never_given_twice_across_brokers_and_a_controller_failover() {
+    let mut cluster = Cluster::start_quorum(3, 3, FAST_TIMERS).await;
+    let mut seen = std::collections::BTreeSet::new();
+    for round in 0..3 {
+        for id in 1..=3 {
+            let (code, pid, epoch) = init_producer_id(&cluster, id, "").await;
+            assert_eq!(
+                (code, epoch),
+                (ErrorCode::None, 0),
+                "broker {id}, round {round}"
+            );
+            assert!(seen.insert(pid), "producer id {pid} given twice");
+        }
+    }
+    // A new controller continues after every block the old one gave out.
+    let controller = cluster.wait_active_controller(&[], WAIT).await;
+    cluster.kill(controller);
+    cluster.wait_active_controller(&[controller], WAIT).await;
+    let alive: Vec<i32> = (1..=3).filter(|id| *id != controller).collect();
+    for id in &alive {
+        // The killed broker's block is lost, not reused: a new broker asks anew.
+        let (code, pid, _) = init_producer_id(&cluster, *id, "").await;
+        assert_eq!(code, ErrorCode::None);
+        assert!(
+            seen.insert(pid),
+            "producer id {pid} given twice after the failover"
+        );
+    }
+    cluster.restart(controller);
+    let seen = std::cell::RefCell::new(seen);
+    wait_for("the restarted broker to give ids", WAIT, || async {
+        match init_producer_id(&cluster, controller, "").await {
+            (ErrorCode::None, pid, 0) => {
+                assert!(
+                    seen.borrow_mut().insert(pid),
+                    "producer id {pid} given twice"
+                );
+                true
+            }
+            _ => false,
+        }
+    })
+    .await;
+    // Transactions are not supported: a clear refusal.
+    let (code, pid, _) = init_producer_id(&cluster, alive[0], "orders-tx").await;
+    assert_eq!((code, pid), (ErrorCode::InvalidRequest, -1));
+    // Blocks go to brokers only: a client asking is refused.
+    let forged = pb::request::Body::AllocateProducerIds(pb::AllocateProducerIdsRequest {
+        broker_id: alive[0],
+        broker_epoch: 0,
+    });
+    let err = cluster
+        .request(alive[0], forged)
+        .await
+        .expect_err("a client got producer ids");
+    assert!(
+        err.to_string().contains("CLUSTER_AUTHORIZATION_FAILED"),
+        "{err:#}"
+    );
 }

@@ -127,6 +127,8 @@ pub fn api_name(body: &pb::request::Body) -> &'static str {
         Body::ElectLeaders(_) => "ElectLeaders",
         Body::AlterTopic(_) => "AlterTopic",
         Body::AlterReassignments(_) => "AlterReassignments",
+        Body::InitProducerId(_) => "InitProducerId",
+        Body::AllocateProducerIds(_) => "AllocateProducerIds",
         Body::DeleteTopics(_) => "DeleteTopics",
         Body::SaslHandshake(_) => "SaslHandshake",
         Body::SaslAuthenticate(_) => "SaslAuthenticate",
@@ -134,7 +136,7 @@ pub fn api_name(body: &pb::request::Body) -> &'static str {
 }
 
 /// Every API name, in key order (for pre-registering metrics).
-pub const API_NAMES: [&str; 20] = [
+pub const API_NAMES: [&str; 22] = [
     "Produce",
     "Fetch",
     "ListOffsets",
@@ -155,4 +157,6 @@ pub const API_NAMES: [&str; 20] = [
     "DeleteTopics",
     "SaslHandshake",
     "SaslAuthenticate",
+    "InitProducerId",
+    "AllocateProducerIds",
 ];

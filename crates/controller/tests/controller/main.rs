@@ -9,6 +9,7 @@ mod elect_leaders;
 mod elections;
 mod image;
 mod metadata_log;
+mod producer_ids;
 mod reassign;
 mod replay;
 mod support;
