@@ -9,7 +9,7 @@
 //! partition it leads (one batch per partition per request) up to
 //! `max_request_size`.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -129,8 +129,10 @@ pub(crate) struct ProducerBatch {
     pub(crate) last_error: Option<ProduceError>,
     /// The leader epoch of the leader the batch was drained for.
     pub(crate) leader_epoch: i32,
-    /// `compression.type`: how the records are compressed when the batch closes.
+    /// `compression.type`: how the records are compressed when the batch is encoded.
     compression: Compression,
+    /// No more appends (the bytes are encoded when first sent).
+    appends_closed: bool,
 }
 
 impl ProducerBatch {
@@ -144,6 +146,7 @@ impl ProducerBatch {
     ) -> Self {
         ProducerBatch {
             compression,
+            appends_closed: false,
             id,
             tp,
             builder: Some(BatchBuilder::with_capacity(base_timestamp, capacity)),
@@ -168,27 +171,42 @@ impl ProducerBatch {
     }
 
     fn is_open(&self) -> bool {
-        self.builder.is_some()
+        self.builder.is_some() && !self.appends_closed
     }
 
-    /// Stops appends and encodes the batch (idempotent).
+    /// Stops appends (idempotent); the bytes are encoded when first sent.
     fn close(&mut self) {
-        if let Some(builder) = self.builder.take() {
+        self.appends_closed = true;
+    }
+
+    /// Encodes the batch once, as an idempotent producer's batch when `producer`
+    /// (id, epoch, base sequence) is given; later calls keep the first bytes.
+    fn encode(&mut self, producer: Option<(i64, i16, i32)>) {
+        self.close();
+        if let Some(mut builder) = self.builder.take() {
             if !builder.is_empty() {
+                if let Some((id, epoch, sequence)) = producer {
+                    builder.set_producer(id, epoch, sequence);
+                }
                 self.encoded = Some(builder.finish_with(self.compression));
             }
         }
     }
 
-    /// The batch's bytes (closing it).
+    /// Whether the bytes are encoded already (sent before).
+    fn is_encoded(&self) -> bool {
+        self.encoded.is_some()
+    }
+
+    /// The batch's bytes (encoding it, without a producer id, if not yet).
     pub(crate) fn bytes(&mut self) -> Bytes {
-        self.close();
+        self.encode(None);
         self.encoded.clone().unwrap_or_default()
     }
 
     /// Would this record fit in the open batch?
     fn fits(&self, record: &RecordFields<'_>, batch_size: usize) -> bool {
-        let Some(b) = &self.builder else {
+        let Some(b) = self.builder.as_ref().filter(|_| !self.appends_closed) else {
             return false;
         };
         let base = self
@@ -280,6 +298,9 @@ pub(crate) struct AccumulatorConfig {
     pub(crate) guarantee_order: bool,
     /// `compression.type`.
     pub(crate) compression: Compression,
+    /// `enable.idempotence`: batches are numbered per partition, and a partition
+    /// has one batch in flight at a time (so a retry is never overtaken).
+    pub(crate) idempotent: bool,
 }
 
 /// Per-partition batch queues.
@@ -297,6 +318,10 @@ pub(crate) struct Accumulator {
     /// Rotates the first partition a drain looks at, so that a request full at
     /// `max_request_size` does not always leave out the same partitions.
     drain_rotation: usize,
+    /// The idempotent producer's id and epoch, once InitProducerId answered.
+    producer: Option<(i64, i16)>,
+    /// The idempotent producer's next sequence number per partition.
+    sequences: HashMap<TopicPartition, i32>,
 }
 
 impl Accumulator {
@@ -310,7 +335,51 @@ impl Accumulator {
             flush_before: 0,
             closing: false,
             drain_rotation: 0,
+            producer: None,
+            sequences: HashMap::new(),
         }
+    }
+
+    /// Whether batches may be drained: an idempotent producer first needs its id.
+    pub(crate) fn needs_producer_id(&self) -> bool {
+        self.config.idempotent && self.producer.is_none()
+    }
+
+    /// The idempotent producer's id and epoch (InitProducerId's answer).
+    pub(crate) fn set_producer(&mut self, producer_id: i64, producer_epoch: i16) {
+        self.producer = Some((producer_id, producer_epoch));
+    }
+
+    /// A batch that was sent failed for good (or expired): its sequence numbers
+    /// may be a gap the leader would refuse every later batch for, so an
+    /// idempotent producer starts over with a new producer id (sequence 0 in
+    /// every partition), as Kafka's non-transactional producer does.
+    pub(crate) fn producer_failed(&mut self, batch: &ProducerBatch) {
+        if self.config.idempotent && batch.attempts > 0 && self.producer.is_some() {
+            tracing::info!(tp = %batch.tp, "an idempotent batch failed: starting over with a new producer id");
+            self.producer = None;
+            self.sequences.clear();
+        }
+    }
+
+    /// Encodes a batch about to be sent for the first time: an idempotent
+    /// producer's next sequence numbers of its partition are its own from now on
+    /// (a retry resends the same bytes, and the leader writes them once).
+    fn encode_for_send(&mut self, batch: &mut ProducerBatch) {
+        if batch.is_encoded() {
+            return;
+        }
+        let producer = self
+            .producer
+            .filter(|_| self.config.idempotent)
+            .map(|(id, epoch)| {
+                let next = self.sequences.entry(batch.tp.clone()).or_insert(0);
+                let first = *next;
+                let count = i32::try_from(batch.records.len()).unwrap_or(i32::MAX);
+                *next = syncline_proto::batch::next_sequence_after(first, count);
+                (id, epoch, first)
+            });
+        batch.encode(producer);
     }
 
     /// True if appending this record to `tp` would start a new batch.
@@ -479,12 +548,12 @@ impl Accumulator {
                 break;
             }
             let mut batch = queue.pop_front().expect("non-empty");
-            batch.close();
+            self.encode_for_send(&mut batch);
+            size += batch.size_bytes();
             batch.attempts += 1;
             batch.retry_at = None;
             batch.leader_epoch = epoch;
-            size += batch.size_bytes();
-            if self.config.guarantee_order {
+            if self.config.guarantee_order || self.config.idempotent {
                 self.muted.insert(tp.clone());
             }
             drained.push(batch);
@@ -585,6 +654,7 @@ mod tests {
             delivery_timeout: 1000 * MS,
             guarantee_order: false,
             compression: Compression::None,
+            idempotent: false,
         }
     }
 
@@ -626,6 +696,65 @@ mod tests {
     fn leaders(tp: &TopicPartition) -> Option<(i32, i32)> {
         // Partition p is led by broker p % 2 + 1 at epoch 7; partition 9 has no leader.
         (tp.partition != 9).then_some((tp.partition % 2 + 1, 7))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idempotent_producer_numbers_each_partitions_batches_once_and_mutes_it() {
+        let mut acc = Accumulator::new(AccumulatorConfig {
+            idempotent: true,
+            ..config()
+        });
+        let t0 = Instant::now();
+        let (a, b) = (TopicPartition::new("t", 0), TopicPartition::new("t", 2));
+        // Three records of 60 bytes: two batches (200-byte batches) for a, one for b.
+        for _ in 0..3 {
+            push(&mut acc, &a, &value(60), t0);
+        }
+        push(&mut acc, &b, &value(60), t0);
+        assert!(acc.needs_producer_id());
+        acc.set_producer(77, 3);
+        let later = t0 + 10 * MS;
+        let header = |batch: &mut ProducerBatch| batch::validate(&batch.bytes()).unwrap();
+        let mut first = acc.drain(1, leaders, 1 << 20, later);
+        assert_eq!(
+            first.len(),
+            2,
+            "one batch of each partition: a is muted now"
+        );
+        let ha = header(&mut first[0]);
+        assert_eq!(
+            (ha.producer_id, ha.producer_epoch, ha.base_sequence),
+            (77, 3, 0)
+        );
+        let hb = header(&mut first[1]);
+        assert_eq!((hb.base_sequence, hb.records_count), (0, 1));
+        assert!(
+            acc.drain(1, leaders, 1 << 20, later).is_empty(),
+            "muted while in flight"
+        );
+        // A retry resends the very same bytes.
+        let bytes = first[0].bytes();
+        let retried = first.remove(0);
+        acc.reenqueue(retried, Duration::ZERO, later);
+        let mut again = acc.drain(1, leaders, 1 << 20, later);
+        assert_eq!(again[0].bytes(), bytes);
+        acc.completed(&again[0]);
+        let mut next = acc.drain(1, leaders, 1 << 20, later);
+        let h = header(&mut next[0]);
+        assert_eq!(
+            (h.base_sequence, h.records_count),
+            (ha.records_count, 1),
+            "the next batch of a continues its sequence"
+        );
+        // A batch that failed for good: a new producer id, sequences from 0.
+        acc.producer_failed(&next[0]);
+        assert!(acc.needs_producer_id());
+        acc.completed(&next[0]);
+        acc.set_producer(78, 0);
+        push(&mut acc, &a, &value(60), later);
+        let mut fresh = acc.drain(1, leaders, 1 << 20, later + 10 * MS);
+        let h = header(&mut fresh[0]);
+        assert_eq!((h.producer_id, h.base_sequence), (78, 0));
     }
 
     #[tokio::test(start_paused = true)]

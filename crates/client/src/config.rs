@@ -133,9 +133,7 @@ fn number<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, ClientError
 /// The error for a setting no client type knows.
 fn unknown_setting(key: &str, kind: &str, known: &[&str]) -> ClientError {
     let hint = match canonical(key).as_str() {
-        "enable.idempotence" | "transactional.id" => {
-            " (the idempotent producer does not exist yet)".to_string()
-        }
+        "transactional.id" => " (transactions are not supported)".to_string(),
         "group.id" | "enable.auto.commit" | "auto.commit.interval.ms" => {
             " (there are no consumer groups: the consumer is assigned partitions)".to_string()
         }
@@ -238,6 +236,12 @@ pub struct ProducerConfig {
     /// How batches are compressed (Kafka's `compression.type`: none, gzip,
     /// snappy, lz4, zstd). Batch sizes (`batch.size`) count uncompressed bytes.
     pub compression_type: Compression,
+    /// Kafka's `enable.idempotence`: the producer gets a producer id
+    /// (InitProducerId) and numbers each partition's batches, so the leader writes
+    /// a retried batch once. Needs `acks=all`, `retries > 0` and at most 5
+    /// requests in flight. Off by default here (Kafka 3.x: on): a partition then
+    /// has one batch in flight at a time, see the README.
+    pub enable_idempotence: bool,
 }
 
 impl Default for ProducerConfig {
@@ -254,6 +258,7 @@ impl Default for ProducerConfig {
             max_block_ms: 60_000,
             max_request_size: 1024 * 1024,
             compression_type: Compression::None,
+            enable_idempotence: false,
         }
     }
 }
@@ -286,6 +291,17 @@ impl ProducerConfig {
             "buffer.memory" => self.buffer_memory = number(key, value)?,
             "max.block.ms" => self.max_block_ms = number(key, value)?,
             "max.request.size" => self.max_request_size = number(key, value)?,
+            "enable.idempotence" => {
+                self.enable_idempotence = match value.trim() {
+                    v if v.eq_ignore_ascii_case("true") => true,
+                    v if v.eq_ignore_ascii_case("false") => false,
+                    _ => {
+                        return Err(ClientError::Config(format!(
+                            "{key} must be true or false (got {value:?})"
+                        )))
+                    }
+                }
+            }
             "compression.type" => {
                 self.compression_type = value
                     .parse()
@@ -304,6 +320,7 @@ impl ProducerConfig {
                     "max.block.ms",
                     "max.request.size",
                     "compression.type",
+                    "enable.idempotence",
                 ]);
                 return Err(unknown_setting(key, "producer", &known));
             }
@@ -324,6 +341,25 @@ impl ProducerConfig {
             return Err(ClientError::Config(
                 "max_in_flight_requests_per_connection must be at least 1".into(),
             ));
+        }
+        if self.enable_idempotence {
+            let wrong = |what: String| {
+                ClientError::Config(format!(
+                    "enable.idempotence=true needs {what}; set it, or set enable.idempotence=false"
+                ))
+            };
+            if self.acks != Acks::All {
+                return Err(wrong(format!("acks=all (got acks={})", self.acks)));
+            }
+            if self.retries == 0 {
+                return Err(wrong("retries > 0 (got 0)".into()));
+            }
+            if self.max_in_flight_requests_per_connection > 5 {
+                return Err(wrong(format!(
+                    "max.in.flight.requests.per.connection <= 5 (got {})",
+                    self.max_in_flight_requests_per_connection
+                )));
+            }
         }
         if self.delivery_timeout_ms < self.linger_ms + self.client.request_timeout_ms {
             return Err(ClientError::Config(format!(
@@ -533,6 +569,30 @@ mod tests {
     }
 
     #[test]
+    fn idempotence_needs_acks_all_retries_and_at_most_five_in_flight() {
+        let mut p = ProducerConfig::new("h:1");
+        p.set("enable.idempotence", "true").unwrap();
+        assert!(p.enable_idempotence);
+        p.validate().unwrap();
+        for (key, value, named) in [
+            ("acks", "1", "acks=all"),
+            ("retries", "0", "retries > 0"),
+            ("max.in.flight.requests.per.connection", "6", "<= 5"),
+        ] {
+            let mut bad = p.clone();
+            bad.set(key, value).unwrap();
+            let err = bad.validate().unwrap_err().to_string();
+            assert!(
+                err.contains(named) && err.contains("enable.idempotence=false"),
+                "{key}={value}: {err}"
+            );
+        }
+        p.set("enable.idempotence", "false").unwrap();
+        p.set("acks", "1").unwrap();
+        p.validate().unwrap();
+    }
+
+    #[test]
     fn settings_by_kafka_name_dotted_or_underscored() {
         let mut p = ProducerConfig::default();
         p.set("acks", "1").unwrap();
@@ -555,8 +615,9 @@ mod tests {
             err.contains("\"lingerms\"") && err.contains("linger.ms"),
             "{err}"
         );
-        let err = p.set("enable.idempotence", "true").unwrap_err().to_string();
-        assert!(err.contains("idempotent producer"), "{err}");
+        let err = p.set("transactional.id", "tx").unwrap_err().to_string();
+        assert!(err.contains("transactions are not supported"), "{err}");
+        assert!(p.set("enable.idempotence", "maybe").is_err());
         for (name, codec) in [
             ("lz4", Compression::Lz4),
             ("zstd", Compression::Zstd),

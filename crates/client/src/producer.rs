@@ -135,6 +135,7 @@ impl Producer {
             delivery_timeout: Duration::from_millis(config.delivery_timeout_ms),
             guarantee_order: config.max_in_flight_requests_per_connection == 1,
             compression: config.compression_type,
+            idempotent: config.enable_idempotence,
         });
         let shared = Arc::new(Shared {
             state: Mutex::new(State {

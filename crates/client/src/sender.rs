@@ -121,6 +121,10 @@ pub(crate) struct Sender {
     in_flight_per_broker: HashMap<i32, usize>,
     /// The metadata refresh in progress (at most one).
     refresh: FuturesUnordered<BoxFuture<'static, ()>>,
+    /// The idempotent producer's InitProducerId in progress (at most one).
+    init: FuturesUnordered<BoxFuture<'static, Result<(i64, i16), ClientError>>>,
+    /// When InitProducerId may be asked again after a failure.
+    init_retry_at: Option<Instant>,
     last_refresh: Option<Instant>,
     refresh_wanted: bool,
 }
@@ -134,6 +138,8 @@ impl Sender {
             in_flight: FuturesUnordered::new(),
             in_flight_per_broker: HashMap::new(),
             refresh: FuturesUnordered::new(),
+            init: FuturesUnordered::new(),
+            init_retry_at: None,
             last_refresh: None,
             refresh_wanted: false,
         }
@@ -179,6 +185,59 @@ impl Sender {
                     self.handle(done, Instant::now());
                 }
                 Some(()) = self.refresh.next(), if !self.refresh.is_empty() => {}
+                Some(init) = self.init.next(), if !self.init.is_empty() => {
+                    self.on_producer_id(init, Instant::now());
+                }
+            }
+        }
+    }
+
+    /// Asks any broker for the idempotent producer's id (once at a time).
+    fn start_init_producer_id(&mut self) {
+        let cluster = self.cluster.clone();
+        self.init.push(
+            async move {
+                let body = pb::request::Body::InitProducerId(pb::InitProducerIdRequest {
+                    transactional_id: String::new(),
+                    transaction_timeout_ms: 60_000,
+                    producer_id: -1,
+                    producer_epoch: -1,
+                });
+                match cluster.send_any(body).await? {
+                    pb::response::Body::InitProducerId(r) if r.error_code == 0 => {
+                        let epoch = i16::try_from(r.producer_epoch).unwrap_or(0);
+                        Ok((r.producer_id, epoch))
+                    }
+                    pb::response::Body::InitProducerId(r) => Err(ClientError::Protocol {
+                        code: ErrorCode::from_wire(r.error_code),
+                        message: r.error_message,
+                    }),
+                    other => Err(ClientError::Protocol {
+                        code: ErrorCode::UnknownServerError,
+                        message: format!("unexpected answer to InitProducerId: {other:?}"),
+                    }),
+                }
+            }
+            .boxed(),
+        );
+    }
+
+    /// InitProducerId answered: batches may go (or it is asked again later).
+    fn on_producer_id(&mut self, init: Result<(i64, i16), ClientError>, now: Instant) {
+        match init {
+            Ok((id, epoch)) => {
+                tracing::debug!(
+                    producer_id = id,
+                    producer_epoch = epoch,
+                    "idempotent producer id"
+                );
+                self.shared.state.lock().accumulator.set_producer(id, epoch);
+                self.init_retry_at = None;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "InitProducerId failed; retrying");
+                self.init_retry_at =
+                    Some(now + Duration::from_millis(self.config.client.retry_backoff_ms));
             }
         }
     }
@@ -187,15 +246,16 @@ impl Sender {
     /// whether a request went out.
     fn step(&mut self, now: Instant) -> (Option<Instant>, bool) {
         let max_in_flight = self.config.max_in_flight_requests_per_connection;
-        let (requests, expired, mut next_check, topics) = {
+        let (requests, expired, mut next_check, topics, start_init) = {
             let mut state = self.shared.state.lock();
             let acc = &mut state.accumulator;
             let expired = acc.expire(now);
+            let needs_id = acc.needs_producer_id();
             let (check, drained) = self.cluster.with_metadata(|md| {
                 let leader_of = |tp: &_| md.leader(tp);
                 let check = acc.ready(now, leader_of);
                 let mut drained = Vec::new();
-                for &broker in &check.brokers {
+                for &broker in check.brokers.iter().filter(|_| !needs_id) {
                     if self.in_flight_per_broker.get(&broker).copied().unwrap_or(0) >= max_in_flight
                     {
                         continue;
@@ -210,13 +270,23 @@ impl Sender {
             if check.unknown_leader {
                 self.refresh_wanted = true;
             }
-            let next = [check.next_check, acc.next_deadline()]
+            let mut next = [check.next_check, acc.next_deadline()]
                 .into_iter()
                 .flatten()
                 .min();
+            let mut start_init = false;
+            if needs_id && !check.brokers.is_empty() && self.init.is_empty() {
+                match self.init_retry_at.filter(|at| now < *at) {
+                    Some(at) => next = Some(next.map_or(at, |n| n.min(at))),
+                    None => start_init = true,
+                }
+            }
             let topics: Vec<String> = state.topics.iter().cloned().collect();
-            (drained, expired, next, topics)
+            (drained, expired, next, topics, start_init)
         };
+        if start_init {
+            self.start_init_producer_id();
+        }
         let any_expired = !expired.is_empty();
         let mut expired = expired;
         for batch in &mut expired {
@@ -229,6 +299,7 @@ impl Sender {
         if any_expired {
             let mut state = self.shared.state.lock();
             for batch in &expired {
+                state.accumulator.producer_failed(batch);
                 state.accumulator.expired_done(batch);
             }
             drop(state);
@@ -400,6 +471,7 @@ impl Sender {
                 state.accumulator.reenqueue(batch, wait, now);
             }
             RetryDecision::Fail(error) => {
+                state.accumulator.producer_failed(&batch);
                 // Outside the lock: callbacks run arbitrary code.
                 drop(state);
                 batch.fail(&error);
@@ -543,6 +615,7 @@ mod tests {
                 delivery_timeout: Duration::from_secs(1),
                 guarantee_order: false,
                 compression: syncline_proto::compression::Compression::None,
+                idempotent: false,
             });
             let now = Instant::now();
             for (t, p) in [("a", 0), ("b", 1), ("a", 2)] {

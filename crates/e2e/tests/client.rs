@@ -1,7 +1,7 @@
 //! The client library against real brokers (no mock of the broker): what a
 //! producer's acknowledgement promises across a leader change, ordering with one
-//! request in flight, a full buffer, and the duplicate a retry can cause until the
-//! idempotent producer exists.
+//! request in flight, a full buffer, and the duplicate a retry after a lost
+//! response writes without the idempotent producer (and does not with it).
 //!
 //! The log itself is the witness: every check reads the partition back with raw
 //! fetches (`read_all`), independent of the consumer under test.
@@ -408,8 +408,10 @@ async fn a_full_buffer_fails_after_max_block_or_waits_for_room_and_never_grows()
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_retry_after_a_lost_response_writes_a_duplicate_that_is_counted() {
+/// One record whose first acknowledgement is lost (the followers are frozen, the
+/// request times out and is retried): its copies in the log, and the duplicates
+/// `check_acknowledged_against_log` counts.
+async fn copies_after_a_lost_response(enable_idempotence: bool) -> (usize, usize) {
     let mut cluster = Cluster::start(3, "").await;
     syncline_e2e::checks::create_topic(&cluster, "dup", 3, 3, 2);
     // A partition broker 1 (the controller) leads: its followers get paused.
@@ -423,6 +425,7 @@ async fn a_retry_after_a_lost_response_writes_a_duplicate_that_is_counted() {
     // times out (the answer is lost as far as the producer knows) and is retried.
     config.client.request_timeout_ms = 1_000;
     config.delivery_timeout_ms = 60_000;
+    config.enable_idempotence = enable_idempotence;
     let producer = Producer::new(config).unwrap();
     producer.partition_count("dup").await.unwrap();
 
@@ -432,16 +435,28 @@ async fn a_retry_after_a_lost_response_writes_a_duplicate_that_is_counted() {
         .enqueue(ProducerRecord::new("dup", value(0)).with_partition(partition))
         .await
         .unwrap();
-    // Both copies are on the leader once the retry has been appended.
-    wait_for("the retry to be appended", Duration::from_secs(20), || {
+    // The retry reached the leader: without idempotence it is appended (a second
+    // copy), with it answered as a duplicate.
+    let retried = || {
         let cluster = &cluster;
         async move {
-            cluster
-                .describe_partition("dup", partition)
-                .await
-                .is_ok_and(|d| d.log_end_offset >= 2)
+            if enable_idempotence {
+                cluster
+                    .metric(1, "syncline_produce_duplicates_total")
+                    .is_ok_and(|n| n >= 1.0)
+            } else {
+                cluster
+                    .describe_partition("dup", partition)
+                    .await
+                    .is_ok_and(|d| d.log_end_offset >= 2)
+            }
         }
-    })
+    };
+    wait_for(
+        "the retry to reach the leader",
+        Duration::from_secs(20),
+        retried,
+    )
     .await;
     cluster.resume(2);
     cluster.resume(3);
@@ -456,14 +471,26 @@ async fn a_retry_after_a_lost_response_writes_a_duplicate_that_is_counted() {
     let duplicated = check_acknowledged_against_log(&[(0, Ok(md.clone()))], &log);
     let copies = log.iter().filter(|(_, v)| *v == value(0)).count();
     eprintln!(
-        "one record sent, {copies} copies in the log, acknowledged at offset {}",
+        "enable.idempotence={enable_idempotence}: one record sent, {copies} copies in the log, acknowledged at offset {}",
         md.offset
     );
-    // No idempotent producer yet: the retry wrote it again. When it exists, this
-    // becomes one copy.
+    (copies, duplicated)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_a_lost_response_writes_a_duplicate_that_is_counted() {
     assert_eq!(
-        (copies, duplicated),
+        copies_after_a_lost_response(false).await,
         (2, 1),
-        "expected the duplicate a retry writes without the idempotent producer: {log:?}"
+        "expected the duplicate a retry writes without the idempotent producer"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_producers_retry_after_a_lost_response_is_written_once() {
+    assert_eq!(
+        copies_after_a_lost_response(true).await,
+        (1, 0),
+        "the leader should have answered the retry with the first copy's offset"
     );
 }

@@ -356,6 +356,13 @@ impl<'a> Iterator for Batches<'a> {
     }
 }
 
+/// An idempotent producer's sequence number after a batch of `count` records
+/// starting at `first` (they wrap from `i32::MAX` to 0, as Kafka's).
+pub fn next_sequence_after(first: i32, count: i32) -> i32 {
+    let next = i64::from(first) + i64::from(count.max(1));
+    (next % (i64::from(i32::MAX) + 1)) as i32
+}
+
 /// Writes the leader's stamp into a batch header: its first offset and the epoch of
 /// the leader that appended it. Neither field is covered by the CRC.
 pub fn stamp(batch: &mut [u8], base_offset: i64, partition_leader_epoch: i32) {
