@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use bytes::Bytes;
-use syncline_proto::batch::BatchBuilder;
+use syncline_proto::batch::{last_sequence, next_sequence, BatchBuilder};
 use syncline_proto::compression::Compression;
 use syncline_proto::pb;
 use tokio::sync::oneshot;
@@ -376,7 +376,7 @@ impl Accumulator {
                 let next = self.sequences.entry(batch.tp.clone()).or_insert(0);
                 let first = *next;
                 let count = i32::try_from(batch.records.len()).unwrap_or(i32::MAX);
-                *next = syncline_proto::batch::next_sequence_after(first, count);
+                *next = next_sequence(last_sequence(first, count));
                 (id, epoch, first)
             });
         batch.encode(producer);

@@ -56,6 +56,5 @@ pub use epoch_cache::{EpochEntry, LeaderEpochCache};
 pub use error::LogError;
 pub use log::{AppendInfo, Log, ReadInfo, RetentionInfo};
 pub use producer_state::{
-    last_sequence, next_sequence, BatchRef, ProducerEntry, ProducerStates, SequenceCheck,
-    SequenceError, BATCHES_PER_PRODUCER,
+    BatchRef, ProducerEntry, ProducerStates, SequenceCheck, SequenceError, BATCHES_PER_PRODUCER,
 };

@@ -16,7 +16,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use syncline_proto::batch::BatchHeader;
+use syncline_proto::batch::{last_sequence, next_sequence, BatchHeader};
 
 /// How many of a producer's last batches are remembered for deduplication: a
 /// producer has at most this many requests in flight (Kafka's bound on
@@ -80,21 +80,6 @@ pub enum SequenceError {
         current: i16,
         got: i16,
     },
-}
-
-/// The sequence number after `s` (they wrap from `i32::MAX` to 0, as Kafka's).
-pub fn next_sequence(s: i32) -> i32 {
-    if s == i32::MAX {
-        0
-    } else {
-        s + 1
-    }
-}
-
-/// The last sequence number of a batch of `count` records starting at `first`.
-pub fn last_sequence(first: i32, count: i32) -> i32 {
-    let last = i64::from(first) + i64::from(count.max(1)) - 1;
-    (last % (i64::from(i32::MAX) + 1)) as i32
 }
 
 fn batch_ref(h: &BatchHeader) -> BatchRef {

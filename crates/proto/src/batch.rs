@@ -356,11 +356,20 @@ impl<'a> Iterator for Batches<'a> {
     }
 }
 
-/// An idempotent producer's sequence number after a batch of `count` records
-/// starting at `first` (they wrap from `i32::MAX` to 0, as Kafka's).
-pub fn next_sequence_after(first: i32, count: i32) -> i32 {
-    let next = i64::from(first) + i64::from(count.max(1));
-    (next % (i64::from(i32::MAX) + 1)) as i32
+/// An idempotent producer's sequence number after `s` (they wrap from
+/// `i32::MAX` to 0, as Kafka's).
+pub fn next_sequence(s: i32) -> i32 {
+    if s == i32::MAX {
+        0
+    } else {
+        s + 1
+    }
+}
+
+/// The last sequence number of a batch of `count` records starting at `first`.
+pub fn last_sequence(first: i32, count: i32) -> i32 {
+    let last = i64::from(first) + i64::from(count.max(1)) - 1;
+    (last % (i64::from(i32::MAX) + 1)) as i32
 }
 
 /// Writes the leader's stamp into a batch header: its first offset and the epoch of

@@ -29,7 +29,7 @@ use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 use syncline_log::{Log, LogError};
 use syncline_log::{ProducerStates, SequenceCheck, SequenceError};
-use syncline_proto::batch::{self, BatchHeader};
+use syncline_proto::batch;
 use syncline_proto::compression::Compression;
 pub use syncline_proto::TopicPartition;
 use syncline_proto::{pb, EpochEndOffset, ErrorCode};
@@ -174,20 +174,26 @@ fn storage(e: LogError) -> ErrorCode {
 /// producer state. An idempotent producer's batch must come alone (Kafka's rule:
 /// one batch per partition in a request), else `INVALID_RECORD`.
 fn sequence_check(states: &ProducerStates, batches: &[u8]) -> Result<SequenceCheck, ErrorCode> {
-    let headers: Vec<BatchHeader> = batch::split(batches)
-        .filter_map(Result::ok)
-        .map(|(h, _)| h)
-        .collect();
-    match headers.as_slice() {
-        [h] => states.check(h).map_err(|e| {
+    let mut headers = batch::split(batches).filter_map(Result::ok).map(|(h, _)| h);
+    let Some(first) = headers.next() else {
+        return Ok(SequenceCheck::Append);
+    };
+    let mut idempotent = first.producer_id >= 0;
+    let mut alone = true;
+    for h in headers {
+        alone = false;
+        idempotent |= h.producer_id >= 0;
+    }
+    match (idempotent, alone) {
+        (false, _) => Ok(SequenceCheck::Append),
+        (true, false) => Err(ErrorCode::InvalidRecord),
+        (true, true) => states.check(&first).map_err(|e| {
             tracing::debug!(error = %e, "refusing an idempotent producer's batch");
             match e {
                 SequenceError::OutOfOrder { .. } => ErrorCode::OutOfOrderSequenceNumber,
                 SequenceError::FencedEpoch { .. } => ErrorCode::InvalidProducerEpoch,
             }
         }),
-        many if many.iter().any(|h| h.producer_id >= 0) => Err(ErrorCode::InvalidRecord),
-        _ => Ok(SequenceCheck::Append),
     }
 }
 
