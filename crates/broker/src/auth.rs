@@ -290,21 +290,19 @@ pub(crate) fn authorize(
         Body::BrokerRegistration(r) => ("BrokerRegistration", r.broker_id),
         Body::BrokerHeartbeat(r) => ("BrokerHeartbeat", r.broker_id),
         Body::AllocateProducerIds(r) => ("AllocateProducerIds", r.broker_id),
-        Body::Raft(_) => match principal {
-            Principal::Broker(id)
-                if config
-                    .controller_quorum_voters
-                    .iter()
-                    .any(|v| v.node_id == id) =>
-            {
-                return Ok(())
-            }
-            _ => {
+        Body::Raft(r) => {
+            let voter = matches!(principal, Principal::Broker(id)
+                if config.controller_quorum_voters.iter().any(|v| v.node_id == id));
+            if !voter {
                 return Err(format!(
                     "controller quorum traffic is only for controller voters, not {principal}"
-                ))
+                ));
             }
-        },
+            (
+                "controller quorum traffic",
+                syncline_controller::raft_request_sender(&r.payload)?,
+            )
+        }
         _ => return Ok(()),
     };
     match principal {
@@ -346,7 +344,11 @@ mod tests {
                 ..Default::default()
             })
         };
-        let raft = Body::Raft(pb::RaftRequest::default());
+        let raft = |sender| {
+            Body::Raft(pb::RaftRequest {
+                payload: syncline_controller::raft_heartbeat_request(sender, 3).unwrap(),
+            })
+        };
         let cases: Vec<(&str, Body, Principal, bool)> = vec![
             (
                 "consumer fetch, anonymous",
@@ -403,9 +405,23 @@ mod tests {
                 Principal::Anonymous,
                 false,
             ),
-            ("raft, voter", raft.clone(), Principal::Broker(2), true),
-            ("raft, non-voter", raft.clone(), Principal::Broker(3), false),
-            ("raft, anonymous", raft, Principal::Anonymous, false),
+            ("raft, voter", raft(2), Principal::Broker(2), true),
+            (
+                "raft, a voter for another",
+                raft(1),
+                Principal::Broker(2),
+                false,
+            ),
+            ("raft, non-voter", raft(3), Principal::Broker(3), false),
+            ("raft, anonymous", raft(1), Principal::Anonymous, false),
+            (
+                "raft, undecodable",
+                Body::Raft(pb::RaftRequest {
+                    payload: vec![9, 9].into(),
+                }),
+                Principal::Broker(2),
+                false,
+            ),
             (
                 "metadata, anonymous",
                 Body::Metadata(pb::MetadataRequest::default()),

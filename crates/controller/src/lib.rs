@@ -137,6 +137,7 @@ pub use image::{
 };
 pub use metadata_log::{MetadataLog, MetadataLogError, MAX_RECORD_BYTES, METADATA_LOG_FILE};
 pub use quorum::{
+    heartbeat_request as raft_heartbeat_request, request_sender as raft_request_sender,
     ProposeError, Quorum, QuorumConfig, QuorumError, QuorumStatus, QuorumTransport, VoterStatus,
 };
 pub use records::{changed_brokers, changed_partitions, changed_topic_configs, deleted_topics};

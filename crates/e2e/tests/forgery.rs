@@ -1,7 +1,7 @@
 //! A client that forges the cluster's internal requests — a follower's fetch, a
 //! controller's LeaderAndIsr, a leader's AlterPartition, a broker's registration
 //! or heartbeat, each with real ids and broker epochs (DescribeCluster makes them
-//! public) — is refused with CLUSTER_AUTHORIZATION_FAILED and changes nothing.
+//! public), a controller voter's Raft heartbeat sent as another voter — is refused with CLUSTER_AUTHORIZATION_FAILED and changes nothing.
 //! Each forgery is also run with broker authentication switched off (a switch
 //! only tests can reach), where it must take effect: so these tests can fail.
 
@@ -398,4 +398,94 @@ async fn a_broker_cannot_speak_for_another() {
         forge(&conn, own).await,
         Ok(Resp::BrokerHeartbeat(_))
     ));
+}
+
+/// The controller quorum's leader and term, as DescribeQuorum reports them.
+async fn quorum_leader(cluster: &TestCluster) -> (i32, i64) {
+    let conn = cluster.connect(1).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let body = Body::DescribeQuorum(pb::DescribeQuorumRequest { forwarded: false });
+        match conn.send_any(body).await {
+            Ok(Resp::DescribeQuorum(r)) if r.error_code == 0 => {
+                return (r.leader_id, r.leader_epoch)
+            }
+            other => assert!(
+                tokio::time::Instant::now() < deadline,
+                "no controller quorum leader within {WAIT:?}: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A Raft heartbeat in the active controller's name, 100 terms ahead, sent to a
+/// follower voter on a connection authenticated as the third voter. Served, it
+/// would make the follower reject the real leader's heartbeats, and push the
+/// quorum into the forged term (the leader, seeing a vote of that term, stands
+/// for it again).
+async fn forged_quorum_heartbeat(authenticated: bool) {
+    let cluster = TestCluster::start_with(
+        3,
+        QUIET,
+        Options {
+            voters: 3,
+            unauthenticated_internal_apis: !authenticated,
+            ..Options::default()
+        },
+    )
+    .await;
+    let (leader, term) = quorum_leader(&cluster).await;
+    let [follower, bystander] = others(leader)[..] else {
+        unreachable!("three voters")
+    };
+    let forged_term = term + 100;
+    let payload =
+        syncline_controller::raft_heartbeat_request(leader, u64::try_from(forged_term).unwrap())
+            .unwrap();
+    let conn = syncline_e2e::connect_as_broker(
+        &cluster.addrs[follower as usize - 1],
+        &cluster.credentials_dir(),
+        bystander,
+    )
+    .await
+    .unwrap();
+    let forged = forge(&conn, Body::Raft(pb::RaftRequest { payload })).await;
+    if authenticated {
+        let refused = forged.unwrap_err();
+        assert!(
+            refused.contains(&format!("as broker {leader} needs"))
+                && refused.contains(&format!("not broker {bystander}")),
+            "{refused}"
+        );
+        let (_, now) = quorum_leader(&cluster).await;
+        assert!(now < forged_term, "term {now}: the forged term took effect");
+    } else {
+        match forged {
+            Ok(Resp::Raft(r)) => assert_eq!(r.error_code, 0, "{r:?}"),
+            other => panic!("the forged heartbeat was not served: {other:?}"),
+        }
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let (_, now) = quorum_leader(&cluster).await;
+            if now >= forged_term {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "term {now} after {WAIT:?}: the quorum never reached the forged term {forged_term}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_voter_cannot_send_controller_quorum_traffic_as_another_voter() {
+    forged_quorum_heartbeat(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_authentication_a_forged_quorum_heartbeat_would_move_the_controller_term() {
+    forged_quorum_heartbeat(false).await;
 }

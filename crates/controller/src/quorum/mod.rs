@@ -53,7 +53,7 @@ use tokio::task::JoinHandle;
 use crate::MetadataImage;
 use log_store::LogStore;
 use network::Network;
-pub use network::QuorumTransport;
+pub use network::{heartbeat_request, request_sender, QuorumTransport};
 use state_machine::StateMachine;
 use types::{raft_id, voter_id, MetadataBatch, TypeConfig};
 

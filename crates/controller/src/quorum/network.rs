@@ -17,11 +17,12 @@ use openraft::network::RPCOption;
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
 };
-use openraft::{BasicNode, OptionalSend, Raft, RaftNetworkFactory, RaftNetworkV2, Snapshot};
+use openraft::vote::RaftLeaderId;
+use openraft::{BasicNode, OptionalSend, Raft, RaftNetworkFactory, RaftNetworkV2, Snapshot, Vote};
 use serde::{Deserialize, Serialize};
 
 use super::state_machine::StateMachine;
-use super::types::{voter_id, TypeConfig};
+use super::types::{raft_id, voter_id, TypeConfig};
 
 /// How a voter reaches another: one request/response of opaque bytes. The broker
 /// implements it over its own connections; tests use an in-memory router.
@@ -53,6 +54,46 @@ pub(crate) enum Request {
         /// A protobuf `MetadataSnapshot`.
         data: Vec<u8>,
     },
+}
+
+/// The start of every [`Request`]: its variant and the vote of the voter that sends
+/// it (the candidate of a vote or pre-vote, the leader of an append or a snapshot).
+/// postcard writes an enum's variant index and then its fields in order, and every
+/// variant's first field is that vote, so decoding this prefix reads exactly it.
+#[derive(Deserialize)]
+enum RequestHead {
+    Append(VoteOf<TypeConfig>),
+    Vote(VoteOf<TypeConfig>),
+    PreVote(VoteOf<TypeConfig>),
+    Snapshot(VoteOf<TypeConfig>),
+}
+
+/// The voter a controller quorum request speaks for: the node its vote names. Every
+/// request a voter sends names the sender itself, so a connection authenticated as
+/// another voter must not carry it; `Err` for bytes that are no request.
+pub fn request_sender(request: &[u8]) -> Result<i32, String> {
+    let (head, _) = postcard::take_from_bytes::<RequestHead>(request)
+        .map_err(|e| format!("undecodable controller quorum request: {e}"))?;
+    let (RequestHead::Append(vote)
+    | RequestHead::Vote(vote)
+    | RequestHead::PreVote(vote)
+    | RequestHead::Snapshot(vote)) = head;
+    let node = *vote.leader_id.node_id();
+    voter_id(node)
+        .ok_or_else(|| format!("controller quorum request from voter id {node}, out of range"))
+}
+
+/// The bytes of a heartbeat from `leader` in `term`: an empty append with the vote a
+/// quorum granted, what a leader's transport carries. For tests that forge quorum
+/// traffic; `None` for a negative id.
+pub fn heartbeat_request(leader: i32, term: u64) -> Option<Bytes> {
+    let request = Request::Append(AppendEntriesRequest {
+        vote: Vote::new_committed(term, raft_id(leader)?),
+        prev_log_id: None,
+        entries: Vec::new(),
+        leader_commit: None,
+    });
+    postcard::to_allocvec(&request).ok().map(Bytes::from)
 }
 
 /// The reply to a [`Request`] of the same kind.
@@ -225,5 +266,72 @@ impl RaftNetworkV2<TypeConfig> for Client {
                 NetworkError::from_string(e.to_string()),
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod sender_tests {
+    use openraft::alias::StoredMembershipOf;
+
+    use super::*;
+
+    fn encode(request: &Request) -> Vec<u8> {
+        postcard::to_allocvec(request).unwrap()
+    }
+
+    #[test]
+    fn every_request_names_the_voter_that_sends_it() {
+        let vote = |node| Vote::new(7, node);
+        let cases = vec![
+            (
+                "append",
+                Request::Append(AppendEntriesRequest {
+                    vote: vote(2),
+                    prev_log_id: None,
+                    entries: Vec::new(),
+                    leader_commit: None,
+                }),
+                2,
+            ),
+            ("vote", Request::Vote(VoteRequest::new(vote(3), None)), 3),
+            (
+                "pre-vote",
+                Request::PreVote(VoteRequest::new(vote(1), None)),
+                1,
+            ),
+            (
+                "snapshot",
+                Request::Snapshot {
+                    vote: vote(5),
+                    meta: SnapshotMetaOf::<TypeConfig> {
+                        last_log_id: None,
+                        last_membership: StoredMembershipOf::<TypeConfig>::default(),
+                    },
+                    data: vec![1, 2, 3],
+                },
+                5,
+            ),
+        ];
+        for (name, request, sender) in cases {
+            assert_eq!(request_sender(&encode(&request)), Ok(sender), "{name}");
+        }
+        assert_eq!(
+            request_sender(&heartbeat_request(4, 9).unwrap()),
+            Ok(4),
+            "the heartbeat helper"
+        );
+    }
+
+    #[test]
+    fn bytes_that_are_no_request_have_no_sender() {
+        for bytes in [&[][..], &[9][..], &[0, 1][..]] {
+            let err = request_sender(bytes).unwrap_err();
+            assert!(err.contains("undecodable"), "{bytes:?}: {err}");
+        }
+        // A vote for a node id beyond i32 names no voter.
+        let far = Request::Vote(VoteRequest::new(Vote::new(1, u64::MAX), None));
+        assert!(request_sender(&encode(&far))
+            .unwrap_err()
+            .contains("out of range"));
     }
 }
