@@ -206,7 +206,7 @@ fn run(iters: u64, metrics: Option<&BrokerMetrics>) -> Duration {
         }
         timed += start.elapsed();
         done += n;
-        partition.apply_retention(TS);
+        partition.apply_retention(TS, 86_400_000);
     }
     timed
 }
@@ -262,7 +262,7 @@ fn paired(threads: usize, metrics: &BrokerMetrics) -> Paired {
                             times[v].push(start.elapsed());
                             // Retention while no thread is timing.
                             barrier.wait();
-                            parts[v].apply_retention(TS);
+                            parts[v].apply_retention(TS, 86_400_000);
                         }
                     }
                     times

@@ -324,6 +324,7 @@ impl Broker {
         let mut under_replicated = 0;
         let mut under_min = 0;
         let mut at_min = 0;
+        let mut producers = 0;
         let partitions = self.rm.all_partitions();
         m.partition_isr_size.clear();
         m.partition_max_replica_lag.clear();
@@ -332,6 +333,7 @@ impl Broker {
                 continue;
             };
             leaders += 1;
+            producers += p.producer_count();
             if h.isr_size < h.replicas {
                 under_replicated += 1;
             }
@@ -356,6 +358,7 @@ impl Broker {
         }
         m.leader_count.set(leaders as i64);
         m.partition_count.set(partitions.len() as i64);
+        m.producer_ids.set(producers as i64);
         m.under_replicated_partitions.set(under_replicated);
         m.under_min_isr_partition_count.set(under_min);
         m.at_min_isr_partition_count.set(at_min);

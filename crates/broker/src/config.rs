@@ -163,6 +163,7 @@ struct RawConfig {
     retention_ms: Option<i64>,
     retention_bytes: Option<i64>,
     retention_check_interval_ms: Option<i64>,
+    producer_id_expiration_ms: Option<i64>,
     flush_messages: Option<i64>,
     flush_ms: Option<i64>,
     replica_lag_time_max_ms: Option<i64>,
@@ -273,6 +274,11 @@ pub struct BrokerConfig {
     /// How often retention is checked, in ms (Kafka's
     /// `log.retention.check.interval.ms`). Default 300000.
     pub retention_check_interval_ms: u64,
+    /// An idempotent producer's state in a partition is forgotten this long
+    /// after its last batch there, in ms (Kafka's `producer.id.expiration.ms`);
+    /// checked with retention. A later retry of that producer is answered
+    /// UNKNOWN_PRODUCER_ID and the producer starts a new epoch. Default 86400000.
+    pub producer_id_expiration_ms: i64,
     /// The log is fsynced after this many messages; `u64::MAX` (-1 in the file):
     /// never, durability comes from replication (Kafka's
     /// `log.flush.interval.messages`); the default of the topic config
@@ -787,6 +793,13 @@ impl BrokerConfig {
                 1,
                 i64::MAX,
             )? as u64,
+            producer_id_expiration_ms: in_range(
+                "producer_id_expiration_ms",
+                raw.producer_id_expiration_ms,
+                86_400_000,
+                1,
+                i64::MAX,
+            )?,
             flush_messages: never_or_positive("flush_messages", raw.flush_messages)?,
             flush_ms: never_or_positive("flush_ms", raw.flush_ms)?,
             replica_lag_time_max_ms,

@@ -90,6 +90,7 @@ pub struct BrokerMetrics {
     pub(crate) at_min_isr_partition_count: Gauge,
     pub(crate) leader_count: Gauge,
     pub(crate) partition_count: Gauge,
+    pub(crate) producer_ids: Gauge,
     pub(crate) offline_partitions_count: Gauge,
     pub(crate) preferred_replica_imbalance_count: Gauge,
     pub(crate) reassigning_partitions: Gauge,
@@ -193,6 +194,11 @@ impl BrokerMetrics {
             &mut registry,
             "leader_count",
             "Partitions this broker leads",
+        );
+        let producer_ids = gauge(
+            &mut registry,
+            "producer_ids",
+            "Idempotent producers with state in the partitions led here (one per producer and partition)",
         );
         let partition_count = gauge(
             &mut registry,
@@ -348,6 +354,7 @@ impl BrokerMetrics {
             at_min_isr_partition_count,
             leader_count,
             partition_count,
+            producer_ids,
             offline_partitions_count,
             preferred_replica_imbalance_count,
             reassigning_partitions,

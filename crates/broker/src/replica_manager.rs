@@ -965,8 +965,9 @@ impl ReplicaManager {
 
     pub(crate) fn apply_retention(&self) {
         let now_ms = wall_clock_ms();
+        let expiration = self.config.producer_id_expiration_ms;
         for p in self.all_partitions() {
-            p.apply_retention(now_ms);
+            p.apply_retention(now_ms, expiration);
         }
     }
 

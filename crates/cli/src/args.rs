@@ -208,6 +208,11 @@ pub(crate) struct ProduceArgs {
     /// `compression.type`); consumers read any.
     #[arg(long, default_value = "none", value_parser = parse_compression)]
     pub(crate) compression_type: Compression,
+    /// true: an idempotent producer (a retried batch is written once); false:
+    /// not. Unset: on unless --acks is not all or --retries is 0 (Kafka 3.x's
+    /// default).
+    #[arg(long, value_name = "true|false")]
+    pub(crate) enable_idempotence: Option<bool>,
     /// Print a line per acknowledged record, `Partition:P<TAB>Offset:N<TAB>AckedBy:1,2,3`:
     /// where it went and the replicas its acknowledgement rests on (with acks=all,
     /// the ISR at the time).
@@ -434,6 +439,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("none, gzip, snappy, lz4, zstd"), "{err}");
+        assert_eq!(p.enable_idempotence, None);
+        let Command::Produce(p) = parse(&["produce", "t", "--enable-idempotence", "false"])
+            .unwrap()
+            .command
+        else {
+            panic!()
+        };
+        assert_eq!(p.enable_idempotence, Some(false));
+        assert!(parse(&["produce", "t", "--enable-idempotence", "maybe"]).is_err());
     }
 
     #[test]

@@ -89,6 +89,7 @@ pub(crate) fn topic_table(t: &TopicDescription) -> String {
         "ISR",
         "HIGH_WATERMARK",
         "LOG_END_OFFSET",
+        "PRODUCERS",
     ]);
     let mut notes = Vec::new();
     for p in &t.partitions {
@@ -101,6 +102,7 @@ pub(crate) fn topic_table(t: &TopicDescription) -> String {
             ids(&p.isr),
             opt(view.map(|v| v.high_watermark)),
             opt(view.map(|v| v.log_end_offset)),
+            opt(view.map(|v| v.producer_count)),
         ]);
         if let Some(code) = p.error {
             notes.push(format!("partition {}: {code}", p.partition));
@@ -191,6 +193,7 @@ pub(crate) fn topic_json(t: &TopicDescription) -> Value {
                 "log_end_offset": view.map(|v| v.log_end_offset),
                 "log_start_offset": view.map(|v| v.log_start_offset),
                 "pending_isr": view.map(|v| v.pending_isr.clone()),
+                "producer_count": view.map(|v| v.producer_count),
                 "replica_statuses": view.map(|v| v.replica_statuses.iter().map(|r| json!({
                     "broker_id": r.broker_id,
                     "log_end_offset": r.log_end_offset,
@@ -420,6 +423,7 @@ mod tests {
                             status(3, None, 125, None, false),
                         ],
                         pending_isr: vec![],
+                        producer_count: 2,
                     }),
                 },
                 PartitionDescription {
@@ -444,9 +448,9 @@ mod tests {
         let expected = "\
 Topic: events  PartitionCount: 2  ReplicationFactor: 3  Configs: min.insync.replicas=2
 
-PARTITION  LEADER  LEADER_EPOCH  REPLICAS  ISR  HIGH_WATERMARK  LOG_END_OFFSET
-0          1       3             1,2,3     1,2  120             125
-1          none    4             2,3,4,1   2    -               -
+PARTITION  LEADER  LEADER_EPOCH  REPLICAS  ISR  HIGH_WATERMARK  LOG_END_OFFSET  PRODUCERS
+0          1       3             1,2,3     1,2  120             125             2
+1          none    4             2,3,4,1   2    -               -               -
 partition 1: offline (no leader)
 partition 1: reassigning: adding [4], removing [1]
 
@@ -474,6 +478,7 @@ PARTITION  REPLICA  LOG_END_OFFSET  LAG  LAST_CAUGHT_UP_MS_AGO  IN_ISR
         assert_eq!(v["partitions"][1]["removing_replicas"], json!([1]));
         assert_eq!(p0["high_watermark"], 120);
         assert_eq!(p0["log_end_offset"], 125);
+        assert_eq!(p0["producer_count"], 2);
         assert_eq!(
             p0["replica_statuses"][2],
             json!({

@@ -164,6 +164,7 @@ pub(crate) async fn run(args: ProduceArgs, bootstrap: &str) -> Result<()> {
         max_in_flight_requests_per_connection: args.max_in_flight,
         max_block_ms: args.max_block_ms,
         compression_type: args.compression_type,
+        enable_idempotence: args.enable_idempotence,
         ..Default::default()
     };
     crate::cluster::ensure_reachable(ctx).await?;

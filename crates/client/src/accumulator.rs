@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use bytes::Bytes;
-use syncline_proto::batch::{last_sequence, next_sequence, BatchBuilder};
+use syncline_proto::batch::{last_sequence, next_sequence, restamp_producer, BatchBuilder};
 use syncline_proto::compression::Compression;
 use syncline_proto::pb;
 use tokio::sync::oneshot;
@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use crate::buffer::Reservation;
 use crate::error::ProduceError;
 use crate::record::{Header, RecordMetadata};
+use syncline_proto::ErrorCode;
 use syncline_proto::TopicPartition;
 
 /// What a callback given to [`crate::Producer::send_with_callback`] looks like.
@@ -133,6 +134,9 @@ pub(crate) struct ProducerBatch {
     compression: Compression,
     /// No more appends (the bytes are encoded when first sent).
     appends_closed: bool,
+    /// An idempotent producer's numbering of the encoded bytes: the producer
+    /// generation (see [`Accumulator`]) and the base sequence.
+    stamp: Option<(u32, i32)>,
 }
 
 impl ProducerBatch {
@@ -147,6 +151,7 @@ impl ProducerBatch {
         ProducerBatch {
             compression,
             appends_closed: false,
+            stamp: None,
             id,
             tp,
             builder: Some(BatchBuilder::with_capacity(base_timestamp, capacity)),
@@ -190,6 +195,15 @@ impl ProducerBatch {
                 }
                 self.encoded = Some(builder.finish_with(self.compression));
             }
+        }
+    }
+
+    /// Numbers encoded bytes anew: another producer epoch (or id) and sequence.
+    fn restamp(&mut self, producer_id: i64, producer_epoch: i16, base_sequence: i32) {
+        if let Some(bytes) = self.encoded.take() {
+            let mut bytes = bytes.to_vec();
+            restamp_producer(&mut bytes, producer_id, producer_epoch, base_sequence);
+            self.encoded = Some(Bytes::from(bytes));
         }
     }
 
@@ -298,9 +312,12 @@ pub(crate) struct AccumulatorConfig {
     pub(crate) guarantee_order: bool,
     /// `compression.type`.
     pub(crate) compression: Compression,
-    /// `enable.idempotence`: batches are numbered per partition, and a partition
-    /// has one batch in flight at a time (so a retry is never overtaken).
+    /// `enable.idempotence`: batches are numbered per partition; a partition has
+    /// up to `max_in_flight` batches in flight, and a retry goes only once no
+    /// earlier batch of its partition is (so the log keeps the send order).
     pub(crate) idempotent: bool,
+    /// Batches of one partition in flight at most (idempotent producer).
+    pub(crate) max_in_flight: usize,
 }
 
 /// Per-partition batch queues.
@@ -320,8 +337,14 @@ pub(crate) struct Accumulator {
     drain_rotation: usize,
     /// The idempotent producer's id and epoch, once InitProducerId answered.
     producer: Option<(i64, i16)>,
+    /// Counts the idempotent producer's (id, epoch) pairs: a batch numbered in an
+    /// older generation is numbered again before it is sent again.
+    generation: u32,
     /// The idempotent producer's next sequence number per partition.
     sequences: HashMap<TopicPartition, i32>,
+    /// The idempotent producer's batches in flight per partition: batch id ->
+    /// the generation it was numbered in.
+    in_flight: HashMap<TopicPartition, BTreeMap<u64, u32>>,
 }
 
 impl Accumulator {
@@ -336,7 +359,9 @@ impl Accumulator {
             closing: false,
             drain_rotation: 0,
             producer: None,
+            generation: 0,
             sequences: HashMap::new(),
+            in_flight: HashMap::new(),
         }
     }
 
@@ -348,38 +373,137 @@ impl Accumulator {
     /// The idempotent producer's id and epoch (InitProducerId's answer).
     pub(crate) fn set_producer(&mut self, producer_id: i64, producer_epoch: i16) {
         self.producer = Some((producer_id, producer_epoch));
+        self.generation += 1;
+    }
+
+    /// The idempotent producer starts a new generation, as Kafka's does after a
+    /// sequence it cannot resolve (KIP-360): the next epoch of its id (a new id
+    /// once the epoch is exhausted, or when `new_id`), sequence 0 in every
+    /// partition. Batches numbered before are numbered again when next sent; a
+    /// late one of the old epoch that reaches a leader is fenced. Only the first
+    /// batch of a generation to report trouble resets it.
+    fn reset_producer(&mut self, batch_generation: u32, new_id: bool) {
+        if batch_generation != self.generation {
+            return;
+        }
+        self.sequences.clear();
+        match self.producer {
+            Some((id, epoch)) if !new_id && epoch < i16::MAX => {
+                tracing::info!(
+                    producer_id = id,
+                    producer_epoch = epoch + 1,
+                    "idempotent producer: a new epoch"
+                );
+                self.set_producer(id, epoch + 1);
+            }
+            _ => {
+                tracing::info!("idempotent producer: asking for a new producer id");
+                self.producer = None;
+                self.generation += 1;
+            }
+        }
     }
 
     /// A batch that was sent failed for good (or expired): its sequence numbers
-    /// may be a gap the leader would refuse every later batch for, so an
-    /// idempotent producer starts over with a new producer id (sequence 0 in
-    /// every partition), as Kafka's non-transactional producer does.
+    /// may be a gap the leader would refuse every later batch for, so the
+    /// idempotent producer starts a new generation.
     pub(crate) fn producer_failed(&mut self, batch: &ProducerBatch) {
-        if self.config.idempotent && batch.attempts > 0 && self.producer.is_some() {
-            tracing::info!(tp = %batch.tp, "an idempotent batch failed: starting over with a new producer id");
-            self.producer = None;
-            self.sequences.clear();
+        if let Some((generation, _)) = batch.stamp.filter(|_| self.config.idempotent) {
+            self.reset_producer(generation, false);
         }
     }
 
-    /// Encodes a batch about to be sent for the first time: an idempotent
-    /// producer's next sequence numbers of its partition are its own from now on
-    /// (a retry resends the same bytes, and the leader writes them once).
+    /// For an idempotent producer's batch refused with a sequence or producer
+    /// error: whether to retry it (`None`: not such an error, decide as usual).
+    /// The leader wrote nothing, so a retry is safe; what it takes:
+    /// - numbered in an older generation: nothing more (it is numbered again);
+    /// - `OUT_OF_ORDER_SEQUENCE_NUMBER` behind an earlier batch of its partition
+    ///   still in flight or waiting for its retry: that one failed first, this
+    ///   one follows it;
+    /// - otherwise (out of order with nothing before it, `UNKNOWN_PRODUCER_ID`
+    ///   after the leader forgot the producer, an epoch the leader fenced): a new
+    ///   generation, and the retry starts its sequence again.
+    pub(crate) fn sequence_error(
+        &mut self,
+        batch: &ProducerBatch,
+        code: ErrorCode,
+    ) -> Option<bool> {
+        let (generation, _) = batch.stamp.filter(|_| self.config.idempotent)?;
+        if !matches!(
+            code,
+            ErrorCode::OutOfOrderSequenceNumber
+                | ErrorCode::UnknownProducerId
+                | ErrorCode::InvalidProducerEpoch
+        ) {
+            return None;
+        }
+        if generation != self.generation {
+            return Some(true);
+        }
+        let earlier_in_flight = self
+            .in_flight
+            .get(&batch.tp)
+            .is_some_and(|f| f.range(..batch.id).any(|(_, g)| *g == generation));
+        let earlier_queued = self.queues.get(&batch.tp).is_some_and(|q| {
+            q.iter()
+                .any(|b| b.id < batch.id && b.stamp.is_some_and(|(g, _)| g == generation))
+        });
+        if code == ErrorCode::OutOfOrderSequenceNumber && (earlier_in_flight || earlier_queued) {
+            return Some(true);
+        }
+        tracing::warn!(tp = %batch.tp, %code, "idempotent producer: the leader refused the batch's numbering");
+        self.reset_producer(generation, code == ErrorCode::InvalidProducerEpoch);
+        Some(true)
+    }
+
+    /// Whether the idempotent producer may send `front`, the first queued batch of
+    /// `tp`, now: fewer than `max_in_flight` of the partition's batches in flight,
+    /// none of them numbered in an older generation, and for a retry none earlier
+    /// than it (a batch numbered in an older generation waits for all).
+    fn may_send(&self, tp: &TopicPartition, front: &ProducerBatch) -> bool {
+        if !self.config.idempotent {
+            return !self.muted.contains(tp);
+        }
+        let Some(flying) = self.in_flight.get(tp) else {
+            return true;
+        };
+        if flying.len() >= self.config.max_in_flight
+            || flying.values().any(|g| *g != self.generation)
+        {
+            return false;
+        }
+        match front.stamp {
+            None => true,
+            Some((g, _)) if g == self.generation => {
+                flying.keys().next().is_none_or(|first| *first > front.id)
+            }
+            Some(_) => flying.is_empty(),
+        }
+    }
+
+    /// Numbers a batch about to be sent: an idempotent producer's next sequence
+    /// numbers of its partition are its own from now on (a retry resends the same
+    /// bytes, and the leader writes them once), unless the producer moved to a
+    /// new generation since, which numbers them anew.
     fn encode_for_send(&mut self, batch: &mut ProducerBatch) {
-        if batch.is_encoded() {
+        let current = self.generation;
+        if batch.is_encoded() && batch.stamp.is_none_or(|(g, _)| g == current) {
             return;
         }
-        let producer = self
-            .producer
-            .filter(|_| self.config.idempotent)
-            .map(|(id, epoch)| {
-                let next = self.sequences.entry(batch.tp.clone()).or_insert(0);
-                let first = *next;
-                let count = i32::try_from(batch.records.len()).unwrap_or(i32::MAX);
-                *next = next_sequence(last_sequence(first, count));
-                (id, epoch, first)
-            });
-        batch.encode(producer);
+        let Some((id, epoch)) = self.producer.filter(|_| self.config.idempotent) else {
+            batch.encode(None);
+            return;
+        };
+        let next = self.sequences.entry(batch.tp.clone()).or_insert(0);
+        let first = *next;
+        let count = i32::try_from(batch.records.len()).unwrap_or(i32::MAX);
+        *next = next_sequence(last_sequence(first, count));
+        if batch.is_encoded() {
+            batch.restamp(id, epoch, first);
+        } else {
+            batch.encode(Some((id, epoch, first)));
+        }
+        batch.stamp = Some((current, first));
     }
 
     /// True if appending this record to `tp` would start a new batch.
@@ -491,7 +615,7 @@ impl Accumulator {
         let mut check = ReadyCheck::default();
         for (tp, queue) in &self.queues {
             let Some(first) = queue.front() else { continue };
-            if self.muted.contains(tp) {
+            if !self.may_send(tp, first) {
                 continue;
             }
             match self.sendable(first, queue.len(), now) {
@@ -519,10 +643,13 @@ impl Accumulator {
         max_request_size: usize,
         now: Instant,
     ) -> Vec<ProducerBatch> {
+        if self.needs_producer_id() {
+            return Vec::new();
+        }
         let tps: Vec<TopicPartition> = self
             .queues
             .iter()
-            .filter(|(tp, q)| !q.is_empty() && !self.muted.contains(*tp))
+            .filter(|(tp, q)| q.front().is_some_and(|front| self.may_send(tp, front)))
             .map(|(tp, _)| tp.clone())
             .collect();
         if tps.is_empty() {
@@ -553,7 +680,12 @@ impl Accumulator {
             batch.attempts += 1;
             batch.retry_at = None;
             batch.leader_epoch = epoch;
-            if self.config.guarantee_order || self.config.idempotent {
+            if self.config.idempotent {
+                self.in_flight
+                    .entry(tp.clone())
+                    .or_default()
+                    .insert(batch.id, self.generation);
+            } else if self.config.guarantee_order {
                 self.muted.insert(tp.clone());
             }
             drained.push(batch);
@@ -562,21 +694,32 @@ impl Accumulator {
         drained
     }
 
-    /// Puts a failed batch back at the front of its queue, to be sent again after
-    /// `backoff`.
+    /// Puts a failed batch back in its queue, to be sent again after `backoff`:
+    /// in the order the batches were made, ahead of every later one (several of a
+    /// partition's batches may come back from flight, in any order).
     pub(crate) fn reenqueue(&mut self, mut batch: ProducerBatch, backoff: Duration, now: Instant) {
-        self.muted.remove(&batch.tp);
+        self.landed(&batch);
         batch.retry_at = Some(now + backoff);
-        self.queues
-            .entry(batch.tp.clone())
-            .or_default()
-            .push_front(batch);
+        let queue = self.queues.entry(batch.tp.clone()).or_default();
+        let at = queue.partition_point(|b| b.id < batch.id);
+        queue.insert(at, batch);
+    }
+
+    /// A batch came back from flight.
+    fn landed(&mut self, batch: &ProducerBatch) {
+        self.muted.remove(&batch.tp);
+        if let Some(flying) = self.in_flight.get_mut(&batch.tp) {
+            flying.remove(&batch.id);
+            if flying.is_empty() {
+                self.in_flight.remove(&batch.tp);
+            }
+        }
     }
 
     /// A batch sent or retried is done (acknowledged or failed), its outcomes
     /// delivered.
     pub(crate) fn completed(&mut self, batch: &ProducerBatch) {
-        self.muted.remove(&batch.tp);
+        self.landed(batch);
         self.incomplete.remove(&batch.id);
     }
 
@@ -655,6 +798,7 @@ mod tests {
             guarantee_order: false,
             compression: Compression::None,
             idempotent: false,
+            max_in_flight: 5,
         }
     }
 
@@ -698,63 +842,158 @@ mod tests {
         (tp.partition != 9).then_some((tp.partition % 2 + 1, 7))
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn an_idempotent_producer_numbers_each_partitions_batches_once_and_mutes_it() {
-        let mut acc = Accumulator::new(AccumulatorConfig {
+    fn idempotent(max_in_flight: usize) -> Accumulator {
+        Accumulator::new(AccumulatorConfig {
             idempotent: true,
+            max_in_flight,
             ..config()
-        });
+        })
+    }
+
+    /// (producer id, epoch, base sequence, records) of a batch's bytes, its CRC
+    /// checked.
+    fn numbering(batch: &mut ProducerBatch) -> (i64, i16, i32, i32) {
+        let h = batch::verify_crc(&batch.bytes()).unwrap();
+        (
+            h.producer_id,
+            h.producer_epoch,
+            h.base_sequence,
+            h.records_count,
+        )
+    }
+
+    /// One batch of `tp` drained for broker 1 (partitions 0 and 2 are its).
+    fn drain_one(acc: &mut Accumulator, now: Instant) -> Option<ProducerBatch> {
+        let mut drained = acc.drain(1, leaders, 1 << 20, now);
+        assert!(drained.len() <= 1, "one partition in these tests");
+        drained.pop()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idempotent_producer_pipelines_a_partitions_batches_with_consecutive_sequences() {
+        let mut acc = idempotent(2);
         let t0 = Instant::now();
-        let (a, b) = (TopicPartition::new("t", 0), TopicPartition::new("t", 2));
-        // Three records of 60 bytes: two batches (200-byte batches) for a, one for b.
-        for _ in 0..3 {
+        let a = TopicPartition::new("t", 0);
+        // 60-byte records, 200-byte batches: three records per batch at most.
+        for _ in 0..7 {
             push(&mut acc, &a, &value(60), t0);
         }
-        push(&mut acc, &b, &value(60), t0);
         assert!(acc.needs_producer_id());
+        assert!(acc.drain(1, leaders, 1 << 20, t0).is_empty(), "no id yet");
         acc.set_producer(77, 3);
         let later = t0 + 10 * MS;
-        let header = |batch: &mut ProducerBatch| batch::validate(&batch.bytes()).unwrap();
-        let mut first = acc.drain(1, leaders, 1 << 20, later);
-        assert_eq!(
-            first.len(),
-            2,
-            "one batch of each partition: a is muted now"
-        );
-        let ha = header(&mut first[0]);
-        assert_eq!(
-            (ha.producer_id, ha.producer_epoch, ha.base_sequence),
-            (77, 3, 0)
-        );
-        let hb = header(&mut first[1]);
-        assert_eq!((hb.base_sequence, hb.records_count), (0, 1));
+        let mut first = drain_one(&mut acc, later).unwrap();
+        let (_, _, _, n) = numbering(&mut first);
+        assert_eq!(numbering(&mut first), (77, 3, 0, n));
+        let mut second = drain_one(&mut acc, later).expect("two in flight allowed");
+        let (_, _, s2, n2) = numbering(&mut second);
+        assert_eq!(s2, n, "the second batch continues the sequence");
+        assert!(drain_one(&mut acc, later).is_none(), "max_in_flight = 2");
+        acc.completed(&first);
+        let mut third = drain_one(&mut acc, later).expect("room again");
+        assert_eq!(numbering(&mut third).2, n + n2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idempotent_retries_keep_the_send_order() {
+        let mut acc = idempotent(5);
+        let t0 = Instant::now();
+        let a = TopicPartition::new("t", 0);
+        for _ in 0..9 {
+            push(&mut acc, &a, &value(60), t0);
+        }
+        acc.set_producer(77, 0);
+        let later = t0 + 10 * MS;
+        let mut b0 = drain_one(&mut acc, later).unwrap();
+        let mut b1 = drain_one(&mut acc, later).unwrap();
+        let (bytes0, bytes1) = (b0.bytes(), b1.bytes());
+        // The later batch fails first: it waits for the earlier one.
+        acc.reenqueue(b1, Duration::ZERO, later);
         assert!(
-            acc.drain(1, leaders, 1 << 20, later).is_empty(),
-            "muted while in flight"
+            drain_one(&mut acc, later).is_none(),
+            "b1 waits for b0, and the batches behind it wait for b1"
         );
-        // A retry resends the very same bytes.
-        let bytes = first[0].bytes();
-        let retried = first.remove(0);
-        acc.reenqueue(retried, Duration::ZERO, later);
-        let mut again = acc.drain(1, leaders, 1 << 20, later);
-        assert_eq!(again[0].bytes(), bytes);
-        acc.completed(&again[0]);
-        let mut next = acc.drain(1, leaders, 1 << 20, later);
-        let h = header(&mut next[0]);
+        acc.reenqueue(b0, Duration::ZERO, later);
+        let mut again0 = drain_one(&mut acc, later).unwrap();
+        assert_eq!(again0.bytes(), bytes0, "the same bytes, resent");
+        assert!(
+            drain_one(&mut acc, later).is_none(),
+            "b1 waits for b0 again"
+        );
+        acc.completed(&again0);
+        let mut again1 = drain_one(&mut acc, later).unwrap();
+        assert_eq!(again1.bytes(), bytes1);
+        // Behind the retries, the next batch goes with the sequence after b1's.
+        let (_, _, s1, n1) = numbering(&mut again1);
+        let mut b2 = drain_one(&mut acc, later).expect("a new batch pipelines");
+        assert_eq!(numbering(&mut b2).2, s1 + n1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sequence_errors_retry_behind_an_earlier_failure_or_start_a_new_epoch() {
+        let mut acc = idempotent(5);
+        let t0 = Instant::now();
+        let a = TopicPartition::new("t", 0);
+        for _ in 0..9 {
+            push(&mut acc, &a, &value(60), t0);
+        }
+        acc.set_producer(77, 3);
+        let later = t0 + 10 * MS;
+        let b0 = drain_one(&mut acc, later).unwrap();
+        let mut b1 = drain_one(&mut acc, later).unwrap();
+        let (_, _, s1, _) = numbering(&mut b1);
         assert_eq!(
-            (h.base_sequence, h.records_count),
-            (ha.records_count, 1),
-            "the next batch of a continues its sequence"
+            acc.sequence_error(&b1, ErrorCode::NotLeaderOrFollower),
+            None,
+            "not a sequence error"
         );
-        // A batch that failed for good: a new producer id, sequences from 0.
-        acc.producer_failed(&next[0]);
+        // b1 out of order while b0 is in flight: b0's failure explains it.
+        assert_eq!(
+            acc.sequence_error(&b1, ErrorCode::OutOfOrderSequenceNumber),
+            Some(true)
+        );
+        assert_eq!(acc.producer, Some((77, 3)), "no new epoch for that");
+        // b0 finds the leader without the producer's state: a new epoch.
+        assert_eq!(
+            acc.sequence_error(&b0, ErrorCode::UnknownProducerId),
+            Some(true)
+        );
+        assert_eq!(acc.producer, Some((77, 4)));
+        acc.reenqueue(b0, Duration::ZERO, later);
+        assert!(
+            drain_one(&mut acc, later).is_none(),
+            "nothing goes while a batch of the old epoch is in flight"
+        );
+        // b1 of the old epoch comes back fenced: retried, no second new epoch.
+        assert_eq!(
+            acc.sequence_error(&b1, ErrorCode::InvalidProducerEpoch),
+            Some(true)
+        );
+        assert_eq!(acc.producer, Some((77, 4)));
+        acc.reenqueue(b1, Duration::ZERO, later);
+        let mut again0 = drain_one(&mut acc, later).unwrap();
+        let (pid, epoch, s0, n0) = numbering(&mut again0);
+        assert_eq!((pid, epoch, s0), (77, 4, 0), "numbered anew from 0");
+        assert!(
+            drain_one(&mut acc, later).is_none(),
+            "a batch numbered in the old epoch waits until nothing is in flight"
+        );
+        acc.completed(&again0);
+        let mut again1 = drain_one(&mut acc, later).unwrap();
+        assert_eq!(
+            numbering(&mut again1),
+            (77, 4, n0, numbering(&mut again1).3)
+        );
+        assert_ne!(s1, n0 + 100, "(b1 had its own sequence before)");
+        // A batch that fails for good starts another epoch; an exhausted epoch
+        // asks for a new id.
+        acc.producer_failed(&again1);
+        assert_eq!(acc.producer, Some((77, 5)));
+        acc.completed(&again1);
+        acc.set_producer(77, i16::MAX);
+        let b = drain_one(&mut acc, later).unwrap();
+        acc.producer_failed(&b);
         assert!(acc.needs_producer_id());
-        acc.completed(&next[0]);
-        acc.set_producer(78, 0);
-        push(&mut acc, &a, &value(60), later);
-        let mut fresh = acc.drain(1, leaders, 1 << 20, later + 10 * MS);
-        let h = header(&mut fresh[0]);
-        assert_eq!((h.producer_id, h.base_sequence), (78, 0));
     }
 
     #[tokio::test(start_paused = true)]

@@ -91,6 +91,8 @@ pub struct LeaderView {
     pub replica_statuses: Vec<ReplicaStatus>,
     /// An ISR the leader proposed that the controller has not committed yet.
     pub pending_isr: Vec<i32>,
+    /// Idempotent producers with state in the leader's log.
+    pub producer_count: i32,
 }
 
 /// One partition of a described topic.
@@ -798,6 +800,7 @@ fn leader_view(p: &pb::PartitionDescription) -> Option<LeaderView> {
             })
             .collect(),
         pending_isr: p.pending_isr.clone(),
+        producer_count: p.producer_count,
     })
 }
 

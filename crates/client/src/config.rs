@@ -238,10 +238,12 @@ pub struct ProducerConfig {
     pub compression_type: Compression,
     /// Kafka's `enable.idempotence`: the producer gets a producer id
     /// (InitProducerId) and numbers each partition's batches, so the leader writes
-    /// a retried batch once. Needs `acks=all`, `retries > 0` and at most 5
-    /// requests in flight. Off by default here (Kafka 3.x: on): a partition then
-    /// has one batch in flight at a time, see the README.
-    pub enable_idempotence: bool,
+    /// a retried batch once, and up to `max.in.flight.requests.per.connection`
+    /// of a partition's batches may be in flight with their order kept. Needs
+    /// `acks=all`, `retries > 0` and at most 5 requests in flight. `None` (the
+    /// default) is Kafka 3.x's: on, unless another setting conflicts with it;
+    /// `Some(true)` with a conflicting setting is a configuration error.
+    pub enable_idempotence: Option<bool>,
 }
 
 impl Default for ProducerConfig {
@@ -258,12 +260,36 @@ impl Default for ProducerConfig {
             max_block_ms: 60_000,
             max_request_size: 1024 * 1024,
             compression_type: Compression::None,
-            enable_idempotence: false,
+            enable_idempotence: None,
         }
     }
 }
 
 impl ProducerConfig {
+    /// Whether the producer is idempotent: `enable.idempotence` if set, else
+    /// (Kafka 3.x's default) unless another setting conflicts with it.
+    pub fn idempotent(&self) -> bool {
+        self.enable_idempotence
+            .unwrap_or_else(|| self.idempotence_conflict().is_none())
+    }
+
+    /// The setting an idempotent producer needs and this configuration lacks.
+    fn idempotence_conflict(&self) -> Option<String> {
+        if self.acks != Acks::All {
+            return Some(format!("acks=all (got acks={})", self.acks));
+        }
+        if self.retries == 0 {
+            return Some("retries > 0 (got 0)".into());
+        }
+        if self.max_in_flight_requests_per_connection > 5 {
+            return Some(format!(
+                "max.in.flight.requests.per.connection <= 5 (got {})",
+                self.max_in_flight_requests_per_connection
+            ));
+        }
+        None
+    }
+
     /// Defaults with these bootstrap servers.
     pub fn new(bootstrap_servers: &str) -> Self {
         ProducerConfig {
@@ -293,8 +319,8 @@ impl ProducerConfig {
             "max.request.size" => self.max_request_size = number(key, value)?,
             "enable.idempotence" => {
                 self.enable_idempotence = match value.trim() {
-                    v if v.eq_ignore_ascii_case("true") => true,
-                    v if v.eq_ignore_ascii_case("false") => false,
+                    v if v.eq_ignore_ascii_case("true") => Some(true),
+                    v if v.eq_ignore_ascii_case("false") => Some(false),
                     _ => {
                         return Err(ClientError::Config(format!(
                             "{key} must be true or false (got {value:?})"
@@ -342,22 +368,10 @@ impl ProducerConfig {
                 "max_in_flight_requests_per_connection must be at least 1".into(),
             ));
         }
-        if self.enable_idempotence {
-            let wrong = |what: String| {
-                ClientError::Config(format!(
+        if self.enable_idempotence == Some(true) {
+            if let Some(what) = self.idempotence_conflict() {
+                return Err(ClientError::Config(format!(
                     "enable.idempotence=true needs {what}; set it, or set enable.idempotence=false"
-                ))
-            };
-            if self.acks != Acks::All {
-                return Err(wrong(format!("acks=all (got acks={})", self.acks)));
-            }
-            if self.retries == 0 {
-                return Err(wrong("retries > 0 (got 0)".into()));
-            }
-            if self.max_in_flight_requests_per_connection > 5 {
-                return Err(wrong(format!(
-                    "max.in.flight.requests.per.connection <= 5 (got {})",
-                    self.max_in_flight_requests_per_connection
                 )));
             }
         }
@@ -571,9 +585,21 @@ mod tests {
     #[test]
     fn idempotence_needs_acks_all_retries_and_at_most_five_in_flight() {
         let mut p = ProducerConfig::new("h:1");
+        assert!(p.idempotent(), "on by default, as in Kafka 3.x");
         p.set("enable.idempotence", "true").unwrap();
-        assert!(p.enable_idempotence);
+        assert_eq!(p.enable_idempotence, Some(true));
         p.validate().unwrap();
+        // Unset, a conflicting setting turns it off rather than failing.
+        for (key, value) in [
+            ("acks", "1"),
+            ("retries", "0"),
+            ("max.in.flight.requests.per.connection", "6"),
+        ] {
+            let mut quiet = ProducerConfig::new("h:1");
+            quiet.set(key, value).unwrap();
+            quiet.validate().unwrap();
+            assert!(!quiet.idempotent(), "{key}={value}");
+        }
         for (key, value, named) in [
             ("acks", "1", "acks=all"),
             ("retries", "0", "retries > 0"),
@@ -590,6 +616,7 @@ mod tests {
         p.set("enable.idempotence", "false").unwrap();
         p.set("acks", "1").unwrap();
         p.validate().unwrap();
+        assert!(!p.idempotent());
     }
 
     #[test]

@@ -135,7 +135,8 @@ impl Producer {
             delivery_timeout: Duration::from_millis(config.delivery_timeout_ms),
             guarantee_order: config.max_in_flight_requests_per_connection == 1,
             compression: config.compression_type,
-            idempotent: config.enable_idempotence,
+            idempotent: config.idempotent(),
+            max_in_flight: config.max_in_flight_requests_per_connection,
         });
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
@@ -371,7 +372,10 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
-    fn producer(config: ProducerConfig) -> (Producer, Peer) {
+    /// A producer against a scripted broker. Unless a test says otherwise, it is
+    /// not idempotent: the scripts answer plain produce requests.
+    fn producer(mut config: ProducerConfig) -> (Producer, Peer) {
+        config.enable_idempotence.get_or_insert(false);
         let (cluster, peer) = cluster_with_peer(config.client.clone(), 2);
         (Producer::with_cluster(config, cluster), peer)
     }
@@ -712,5 +716,63 @@ mod tests {
                 .collect();
             assert_eq!(offsets, [0, 1, 2], "max_in_flight {max_in_flight}");
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idempotent_producer_pipelines_and_retries_in_order_with_the_same_bytes() {
+        let (producer, mut peer) = producer(ProducerConfig {
+            batch_size: 100,
+            enable_idempotence: Some(true),
+            ..Default::default()
+        });
+        let value = "x".repeat(80);
+        let mut acks = Vec::new();
+        for _ in 0..3 {
+            acks.push(send_to(&producer, 0, &value).await);
+        }
+        let init = peer.recv().await;
+        assert!(matches!(
+            init.body,
+            Some(pb::request::Body::InitProducerId(_))
+        ));
+        peer.reply(
+            &init,
+            pb::response::Body::InitProducerId(pb::InitProducerIdResponse {
+                producer_id: 900,
+                producer_epoch: 2,
+                ..Default::default()
+            }),
+        )
+        .await;
+        // Three batches of partition 0 in flight at once (two full ones, then the
+        // last after linger_ms), numbered 0, 1 and 2.
+        let sent = [peer.recv().await, peer.recv().await, peer.recv().await];
+        let numbering = |req: &pb::Request| {
+            let h = syncline_proto::batch::validate(&batches(req)[0].2).unwrap();
+            (h.producer_id, h.producer_epoch, h.base_sequence)
+        };
+        let numbers: Vec<_> = sent.iter().map(numbering).collect();
+        assert_eq!(numbers, [(900, 2, 0), (900, 2, 1), (900, 2, 2)]);
+        // The leader refuses the first (too few replicas in sync), so it finds the
+        // later two out of order; their answers happen to come first.
+        for req in &sent[1..] {
+            peer.reply(req, answer(&[(0, ErrorCode::OutOfOrderSequenceNumber, -1)]))
+                .await;
+        }
+        peer.reply(&sent[0], answer(&[(0, ErrorCode::NotEnoughReplicas, -1)]))
+            .await;
+        // Retried one at a time, in order, with the same bytes.
+        for (i, original) in sent.iter().enumerate() {
+            let retry = peer.recv().await;
+            assert_eq!(batches(&retry)[0].2, batches(original)[0].2, "batch {i}");
+            peer.reply(&retry, answer(&[(0, ErrorCode::None, 10 + i as i64)]))
+                .await;
+        }
+        let offsets: Vec<i64> = futures::future::join_all(acks)
+            .await
+            .into_iter()
+            .map(|r| r.unwrap().offset)
+            .collect();
+        assert_eq!(offsets, [10, 11, 12]);
     }
 }

@@ -444,7 +444,14 @@ impl Sender {
                 code,
                 message: answer.error_message.clone(),
             };
-            self.retry_or_fail(batch, error, code.is_retriable(), now);
+            let retriable = self
+                .shared
+                .state
+                .lock()
+                .accumulator
+                .sequence_error(&batch, code)
+                .unwrap_or_else(|| code.is_retriable());
+            self.retry_or_fail(batch, error, retriable, now);
         }
     }
 
@@ -616,6 +623,7 @@ mod tests {
                 guarantee_order: false,
                 compression: syncline_proto::compression::Compression::None,
                 idempotent: false,
+                max_in_flight: 5,
             });
             let now = Instant::now();
             for (t, p) in [("a", 0), ("b", 1), ("a", 2)] {

@@ -40,6 +40,10 @@ const POLL_TIMEOUT: Duration = Duration::from_secs(2);
 const WATCH_EVERY: Duration = Duration::from_millis(50);
 /// Pause between two sends of one load worker (keeps the 2-core machine usable).
 const LOAD_PACE: Duration = Duration::from_millis(20);
+/// Sends of one partition the load keeps outstanding: while acknowledgements
+/// stall (a failover), up to this many batches of a partition are in flight at
+/// once, as many as an idempotent producer allows.
+const LOAD_WINDOW: usize = 5;
 /// The load's producer gives up on a record after this long (retrying meanwhile);
 /// longer than any outage the tests cause.
 const DELIVERY_TIMEOUT_MS: u64 = 90_000;
@@ -646,15 +650,36 @@ pub struct Sent {
 }
 
 /// An `acks=all` load on every partition of a topic: one worker per partition
-/// sends one record at a time (so a partition's sends are sequential) through the
-/// client library's `Producer`, which retries across leader changes. Every send
-/// and its outcome is kept.
+/// sends a record every 20 ms, up to five outstanding, through the client
+/// library's `Producer` (idempotent, its default), which retries across leader
+/// changes. Every send and its outcome is kept, in sending order.
 #[derive(Debug)]
 pub struct Load {
     producer: Producer,
     stop: Arc<AtomicBool>,
     workers: Vec<JoinHandle<Vec<Sent>>>,
     acked: Arc<Vec<AtomicU64>>,
+}
+
+/// Waits for one send of the load's partition `p` and counts it if acknowledged.
+async fn settle(
+    p: i32,
+    value: String,
+    queued: Result<syncline_client::DeliveryFuture, ProduceError>,
+    acked: &[AtomicU64],
+) -> Sent {
+    let result = match queued {
+        Ok(delivery) => delivery.await,
+        Err(e) => Err(e),
+    };
+    if result.is_ok() {
+        acked[p as usize].fetch_add(1, Ordering::AcqRel);
+    }
+    Sent {
+        partition: p,
+        value,
+        result,
+    }
 }
 
 impl Load {
@@ -667,6 +692,7 @@ impl Load {
         config.client.request_timeout_ms = 5_000;
         config.client.retry_backoff_max_ms = 500;
         config.delivery_timeout_ms = DELIVERY_TIMEOUT_MS;
+        config.enable_idempotence = Some(true);
         let producer = Producer::new(config).expect("producer");
         let stop = Arc::new(AtomicBool::new(false));
         let acked: Arc<Vec<AtomicU64>> =
@@ -681,22 +707,22 @@ impl Load {
                 );
                 tokio::spawn(async move {
                     let mut sent = Vec::new();
+                    let mut window = std::collections::VecDeque::new();
                     let mut seq = 0u64;
                     while !stop.load(Ordering::Acquire) {
                         let value = format!("{topic}-{p}-{seq:07}");
                         seq += 1;
                         let record =
                             ProducerRecord::new(topic.clone(), value.clone()).with_partition(p);
-                        let result = producer.send(record).await;
-                        if result.is_ok() {
-                            acked[p as usize].fetch_add(1, Ordering::AcqRel);
+                        window.push_back((value, producer.enqueue(record).await));
+                        if window.len() >= LOAD_WINDOW {
+                            let (value, queued) = window.pop_front().expect("full");
+                            sent.push(settle(p, value, queued, &acked).await);
                         }
-                        sent.push(Sent {
-                            partition: p,
-                            value,
-                            result,
-                        });
                         tokio::time::sleep(LOAD_PACE).await;
+                    }
+                    for (value, queued) in window {
+                        sent.push(settle(p, value, queued, &acked).await);
                     }
                     sent
                 })

@@ -425,7 +425,7 @@ async fn copies_after_a_lost_response(enable_idempotence: bool) -> (usize, usize
     // times out (the answer is lost as far as the producer knows) and is retried.
     config.client.request_timeout_ms = 1_000;
     config.delivery_timeout_ms = 60_000;
-    config.enable_idempotence = enable_idempotence;
+    config.enable_idempotence = Some(enable_idempotence);
     let producer = Producer::new(config).unwrap();
     producer.partition_count("dup").await.unwrap();
 

@@ -6,8 +6,10 @@
 //!
 //! Every test ends the same way: every acknowledged record is read back at the
 //! offset its acknowledgement gave, replica logs are byte-identical below the high
-//! watermark, no record failed for good, and no broker ever named two leaders for
-//! one partition and leader epoch.
+//! watermark, no record failed for good, no record is in the log twice (the load
+//! is an idempotent producer with up to five sends of a partition outstanding,
+//! acknowledged in sending order), and no broker ever named two leaders for one
+//! partition and leader epoch.
 
 use std::time::Duration;
 
@@ -60,6 +62,9 @@ async fn finish(
         .take(10)
         .collect();
     assert_eq!(v.failed, 0, "records failed for good: {failed:?}");
+    // The load's producer is idempotent: a retry of a batch the leader wrote
+    // (its answer lost to the fault) is answered with the first copy's offsets.
+    assert_eq!(v.duplicates, 0, "copies written twice: {v:?}");
     assert_no_unclean_or_offline(cluster);
     watch.finish().await
 }

@@ -215,3 +215,58 @@ async fn producer_ids_are_never_given_twice_across_brokers_and_a_controller_fail
         "{err:#}"
     );
 }
+
+/// `producer_id_expiration_ms`: a producer silent for longer is forgotten (the
+/// leader's describe counts it, then not), its next batch past sequence 0 is
+/// `UNKNOWN_PRODUCER_ID`, and a new epoch from sequence 0 is written (KIP-360).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_producer_is_unknown_and_starts_a_new_epoch() {
+    let extra = format!(
+        "{FAST_TIMERS}producer_id_expiration_ms = 3000\nretention_check_interval_ms = 100\n"
+    );
+    let cluster = Cluster::start_quorum(3, 3, &extra).await;
+    create_topic(&cluster, TOPIC, 1, 3, 2);
+    let leader = by_partition(&wait_full_isr(&cluster, 1, TOPIC, WAIT).await)[&0].leader_id;
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+    };
+    let stamped = |epoch: i16, seq: i32, n: usize| {
+        let mut b = BatchBuilder::new(now());
+        for i in 0..n {
+            let value = format!("e{epoch}-s{}", seq as usize + i);
+            b.push(now(), None, Some(value.as_bytes()), &[]);
+        }
+        b.set_producer(PRODUCER, epoch, seq);
+        b.finish()
+    };
+    assert_eq!(
+        send(&cluster, leader, stamped(0, 0, 2)).await,
+        (ErrorCode::None, 0)
+    );
+    let producers = || async {
+        leader_view(&cluster, leader, TOPIC, 0)
+            .await
+            .unwrap()
+            .producer_count
+    };
+    assert_eq!(producers().await, 1, "the leader has the producer's state");
+    let started = Instant::now();
+    let mut left = 1;
+    while left != 0 {
+        assert!(started.elapsed() < WAIT, "the producer never expired");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        left = producers().await;
+    }
+    assert_eq!(
+        send(&cluster, leader, stamped(0, 2, 1)).await.0,
+        ErrorCode::UnknownProducerId
+    );
+    assert_eq!(
+        send(&cluster, leader, stamped(1, 0, 1)).await,
+        (ErrorCode::None, 2)
+    );
+    assert_eq!(values(&cluster, leader).await, ["e0-s0", "e0-s1", "e1-s0"]);
+}

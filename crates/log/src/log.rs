@@ -12,10 +12,13 @@ use crate::checkpoint::{
     self, CLEAN_SHUTDOWN_FILE, HIGH_WATERMARK_FILE, LEADER_EPOCH_FILE, RECOVERY_POINT_FILE,
 };
 use crate::epoch_cache::{EpochEntry, LeaderEpochCache};
+use crate::error::IoContext;
 use crate::index::remove_if_exists;
-use crate::producer_state::ProducerStates;
+use crate::producer_state::{ProducerStates, SNAPSHOT_SUFFIX};
 use crate::recovery::recover_dir;
-use crate::segment::{check_header, remove_segment_files, PendingBatch, Segment};
+use crate::segment::{
+    check_header, parse_segment_file, remove_segment_files, segment_file, PendingBatch, Segment,
+};
 use crate::{LogConfig, LogError};
 
 /// What an append wrote.
@@ -137,15 +140,90 @@ impl Log {
         &self.producers
     }
 
-    /// Rebuilds the producer state from every batch header in the log (at start-up
-    /// and after a truncation; Kafka's snapshots would shorten this scan).
+    /// Rebuilds the producer state (at start-up and after a truncation): from the
+    /// newest producer-state snapshot within the log, written when a segment
+    /// rolled or the log closed, and the batch headers after it; from every
+    /// header when no snapshot is usable. Snapshots past the log end (left by a
+    /// truncation or a crash) or before its start are deleted, and so is one that
+    /// does not decode.
     fn rebuild_producers(&mut self) -> Result<(), LogError> {
-        let mut states = ProducerStates::default();
-        for segment in &self.segments {
-            segment.each_header(|h| states.update(h))?;
+        let (start, end) = (self.log_start_offset(), self.log_end_offset());
+        let mut offsets = self.snapshot_offsets()?;
+        offsets.sort_unstable();
+        let mut loaded = None;
+        while let Some(offset) = offsets.pop() {
+            if offset > end || offset < start {
+                remove_if_exists(&self.snapshot_path(offset))?;
+                continue;
+            }
+            if loaded.is_some() {
+                // Older ones stay: a truncation below the newest loads one of them.
+                continue;
+            }
+            let path = self.snapshot_path(offset);
+            let bytes = std::fs::read(&path).ctx(&path)?;
+            match ProducerStates::decode_snapshot(&bytes) {
+                Ok(states) => loaded = Some((offset, states)),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "an unusable producer-state snapshot: rebuilding from the log");
+                    remove_if_exists(&path)?;
+                }
+            }
         }
+        let (from, mut states) = loaded.unwrap_or((start, ProducerStates::default()));
+        for segment in self.segments.iter().filter(|s| s.next_offset() > from) {
+            segment.each_header(|h| {
+                if h.base_offset >= from {
+                    states.update(h);
+                }
+            })?;
+        }
+        states.prune_below(start);
         self.producers = states;
         Ok(())
+    }
+
+    fn snapshot_path(&self, offset: i64) -> PathBuf {
+        segment_file(&self.dir, offset, SNAPSHOT_SUFFIX)
+    }
+
+    /// The offsets of the producer-state snapshots in the log's directory.
+    fn snapshot_offsets(&self) -> Result<Vec<i64>, LogError> {
+        let mut offsets = Vec::new();
+        for entry in std::fs::read_dir(&self.dir).ctx(&self.dir)? {
+            let entry = entry.ctx(&self.dir)?;
+            if let Some(offset) = entry
+                .file_name()
+                .to_str()
+                .and_then(|name| parse_segment_file(name, SNAPSHOT_SUFFIX))
+            {
+                offsets.push(offset);
+            }
+        }
+        Ok(offsets)
+    }
+
+    /// Writes the producer state as of `offset` (every batch below it, which
+    /// must be the log end) to its snapshot file.
+    fn write_producer_snapshot(&self, offset: i64) -> Result<(), LogError> {
+        let name = format!("{offset:020}{SNAPSHOT_SUFFIX}");
+        checkpoint::write_atomic(&self.dir, &name, &self.producers.encode_snapshot())
+    }
+
+    /// Deletes the producer-state snapshots for which `remove` holds.
+    fn remove_snapshots(&self, remove: impl Fn(i64) -> bool) -> Result<(), LogError> {
+        for offset in self.snapshot_offsets()? {
+            if remove(offset) {
+                remove_if_exists(&self.snapshot_path(offset))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets idempotent producers whose last batch is older than `max_age_ms`
+    /// (Kafka's `producer.id.expiration.ms`); returns how many.
+    pub fn expire_producers(&mut self, now_ms: i64, max_age_ms: i64) -> usize {
+        self.producers.expire(now_ms, max_age_ms)
     }
 
     /// The directory holding the log.
@@ -465,7 +543,8 @@ impl Log {
         self.fatal(flushed)?;
         let segment = Segment::create(&self.dir, base_offset)?;
         self.segments.push(segment);
-        checkpoint::sync_dir(&self.dir)?;
+        // (write_atomic syncs the directory, the new segment's entry with it.)
+        self.write_producer_snapshot(base_offset)?;
         self.recovery_point = base_offset;
         self.persist_recovery_point()
     }
@@ -695,6 +774,7 @@ impl Log {
             checkpoint::sync_dir(&self.dir)?;
         }
         self.segments[i].truncate(position, new_end)?;
+        self.remove_snapshots(|at| at > new_end)?;
         if self.epochs.truncate_from_end(new_end) {
             self.write_epochs()?;
         }
@@ -724,6 +804,7 @@ impl Log {
         for segment in self.segments.iter().rev() {
             remove_segment_files(&self.dir, segment.base_offset())?;
         }
+        self.remove_snapshots(|_| true)?;
         checkpoint::sync_dir(&self.dir)?;
         let segment = Segment::create(&self.dir, offset)?;
         self.segments = vec![segment];
@@ -797,7 +878,8 @@ impl Log {
             self.write_epochs()?;
         }
         self.producers.prune_below(self.log_start_offset());
-        Ok(())
+        let start = self.log_start_offset();
+        self.remove_snapshots(|at| at < start)
     }
 
     // --- leader epochs ---
@@ -883,6 +965,7 @@ impl Log {
         for segment in &mut self.segments {
             segment.persist_index()?;
         }
+        self.write_producer_snapshot(self.log_end_offset())?;
         checkpoint::write_atomic(&self.dir, CLEAN_SHUTDOWN_FILE, b"")?;
         self.failed = Some("the log was closed".to_string());
         Ok(())
@@ -978,6 +1061,143 @@ mod tests {
             index_interval_bytes: 300,
             ..LogConfig::default()
         }
+    }
+
+    /// The producer state as a rebuild from every batch header gives it.
+    fn producers_from_every_header(log: &Log) -> ProducerStates {
+        let mut headers = Vec::new();
+        for segment in &log.segments {
+            segment.each_header(|h| headers.push(*h)).unwrap();
+        }
+        ProducerStates::rebuild(headers)
+    }
+
+    fn producer_batch(pid: i64, epoch: i16, sequence: i32, records: usize) -> Bytes {
+        let mut b = BatchBuilder::new(TS);
+        b.set_producer(pid, epoch, sequence);
+        for _ in 0..records {
+            b.push(TS, None, Some(&[7; 40]), &[]);
+        }
+        b.finish()
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// A batch of producer `pid` (0..3), a new epoch first if `bump`.
+        Append {
+            pid: i64,
+            bump: bool,
+            records: usize,
+        },
+        /// Truncate to this fraction (in 1/8ths) of the log end.
+        Truncate(u8),
+        /// Retention deletes the oldest segments, all but the last `keep`.
+        Retain(usize),
+        /// Close and open again, or drop (a crash) and open again.
+        Reopen { clean: bool },
+    }
+
+    fn arb_op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            6 => (0i64..3, proptest::bool::weighted(0.1), 1usize..4)
+                .prop_map(|(pid, bump, records)| Op::Append { pid, bump, records }),
+            1 => (0u8..8).prop_map(Op::Truncate),
+            1 => (1usize..4).prop_map(Op::Retain),
+            1 => any::<bool>().prop_map(|clean| Op::Reopen { clean }),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+        /// Whatever appends, truncations, retention, clean restarts and crashes do,
+        /// the producer state the log keeps — folded live, or loaded from a
+        /// snapshot and the batches after it — equals a rebuild from every batch
+        /// header it holds.
+        #[test]
+        fn producer_state_from_snapshots_equals_a_rebuild_from_the_log(
+            ops in proptest::collection::vec(arb_op(), 1..40)
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            // About three batches per segment: rolls (and snapshots) are frequent.
+            let config = LogConfig { segment_bytes: 400, ..config() };
+            let mut log = Log::open(dir.path(), config.clone()).unwrap();
+            let mut next: std::collections::HashMap<i64, (i16, i32)> = Default::default();
+            for op in ops {
+                match op {
+                    Op::Append { pid, bump, records } => {
+                        // Number from the log's own state, so truncations count.
+                        let (epoch, sequence) = match log.producer_states().get(pid) {
+                            Some(e) if !bump => (e.epoch, batch::next_sequence(
+                                e.batches.back().unwrap().last_sequence)),
+                            Some(e) => (e.epoch + 1, 0),
+                            None => (next.get(&pid).map_or(0, |(e, _)| e + 1), 0),
+                        };
+                        next.insert(pid, (epoch, sequence));
+                        let b = producer_batch(pid, epoch, sequence, records);
+                        log.append_as_leader(&b, 0, TS).unwrap();
+                    }
+                    Op::Truncate(eighths) => {
+                        let start = log.log_start_offset();
+                        let to = start + (log.log_end_offset() - start) * i64::from(eighths) / 8;
+                        log.truncate_to(to).unwrap();
+                    }
+                    Op::Retain(keep) => {
+                        let count = log.segments.len().saturating_sub(keep);
+                        if count > 0 {
+                            let removed: Vec<Segment> = log.segments.drain(..count).collect();
+                            log.remove_oldest(removed).unwrap();
+                        }
+                    }
+                    Op::Reopen { clean } => {
+                        if clean {
+                            log.close().unwrap();
+                        }
+                        drop(log);
+                        log = Log::open(dir.path(), config.clone()).unwrap();
+                    }
+                }
+                proptest::prop_assert_eq!(log.producer_states(), &producers_from_every_header(&log));
+            }
+            // And the snapshots left on disk are within the log.
+            for offset in log.snapshot_offsets().unwrap() {
+                proptest::prop_assert!(
+                    (log.log_start_offset()..=log.log_end_offset()).contains(&offset)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_restart_loads_the_producer_snapshot_and_a_damaged_one_is_rebuilt() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            segment_bytes: 400,
+            ..config()
+        };
+        let mut log = Log::open(dir.path(), config.clone()).unwrap();
+        for sequence in 0..6 {
+            log.append_as_leader(&producer_batch(5, 0, sequence, 1), 0, TS)
+                .unwrap();
+        }
+        assert!(log.segments.len() > 1, "rolled");
+        let end = log.log_end_offset();
+        let kept = log.producer_states().clone();
+        log.close().unwrap();
+        drop(log);
+        let snapshot = segment_file(dir.path(), end, SNAPSHOT_SUFFIX);
+        // A snapshot holding a producer the log never saw: loaded, so it is there.
+        let mut planted = kept.clone();
+        planted.update(&batch::validate(&producer_batch(99, 0, 0, 1)).unwrap());
+        std::fs::write(&snapshot, planted.encode_snapshot()).unwrap();
+        let log = Log::open(dir.path(), config.clone()).unwrap();
+        assert_eq!(log.producer_states(), &planted, "the snapshot was loaded");
+        drop(log);
+        // A damaged one is deleted and the state rebuilt from the batches.
+        std::fs::write(&snapshot, b"SLPS torn").unwrap();
+        let log = Log::open(dir.path(), config).unwrap();
+        assert_eq!(log.producer_states(), &kept);
+        assert!(!snapshot.exists());
     }
 
     #[test]

@@ -72,6 +72,12 @@ pub enum SequenceError {
         expected: Option<i32>,
         got: i32,
     },
+    /// A batch past sequence 0 from a producer this log has no state of: its
+    /// state expired (`producer_id_expiration_ms`) or went with the segments
+    /// retention deleted (Kafka's `UNKNOWN_PRODUCER_ID`, KIP-360). The producer
+    /// starts a new epoch at sequence 0.
+    #[error("producer {producer_id}: no state here for sequence {got} (unknown producer)")]
+    UnknownProducer { producer_id: i64, got: i32 },
     /// An epoch older than the producer's latest: a fenced, zombie instance
     /// (Kafka's `INVALID_PRODUCER_EPOCH`).
     #[error("producer {producer_id}: epoch {got} is older than its epoch {current} (fenced)")]
@@ -139,7 +145,10 @@ impl ProducerStates {
             return if h.base_sequence == 0 {
                 Ok(SequenceCheck::Append)
             } else {
-                Err(out_of_order(None))
+                Err(SequenceError::UnknownProducer {
+                    producer_id: h.producer_id,
+                    got: h.base_sequence,
+                })
             };
         };
         if h.producer_epoch < entry.epoch {
@@ -210,6 +219,132 @@ impl ProducerStates {
     }
 }
 
+/// What a producer-state snapshot file's name ends with: `<offset, 20 digits>.snapshot`
+/// holds the state of every batch below that offset.
+pub(crate) const SNAPSHOT_SUFFIX: &str = ".snapshot";
+
+const SNAPSHOT_MAGIC: &[u8; 4] = b"SLPS";
+const SNAPSHOT_VERSION: u8 = 1;
+
+/// Reads big-endian fields off the front of a snapshot.
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        if self.0.len() < N {
+            return Err("cut short".into());
+        }
+        let (head, rest) = self.0.split_at(N);
+        self.0 = rest;
+        Ok(head.try_into().expect("split at N"))
+    }
+    fn i64(&mut self) -> Result<i64, String> {
+        self.take().map(i64::from_be_bytes)
+    }
+    fn i32(&mut self) -> Result<i32, String> {
+        self.take().map(i32::from_be_bytes)
+    }
+    fn i16(&mut self) -> Result<i16, String> {
+        self.take().map(i16::from_be_bytes)
+    }
+    fn u8(&mut self) -> Result<u8, String> {
+        self.take::<1>().map(|[b]| b)
+    }
+}
+
+impl ProducerStates {
+    /// The state as a snapshot file's bytes (Kafka snapshots producer state
+    /// beside segments so that a restart replays only the log after it):
+    /// magic, version, every producer (by id) with its epoch, last timestamp and
+    /// remembered batches, then a CRC-32C of all before it.
+    pub fn encode_snapshot(&self) -> Vec<u8> {
+        let mut ids: Vec<&i64> = self.producers.keys().collect();
+        ids.sort_unstable();
+        let mut out = Vec::with_capacity(16 + ids.len() * 64);
+        out.extend_from_slice(SNAPSHOT_MAGIC);
+        out.push(SNAPSHOT_VERSION);
+        out.extend_from_slice(&(ids.len() as u32).to_be_bytes());
+        for id in ids {
+            let entry = &self.producers[id];
+            out.extend_from_slice(&id.to_be_bytes());
+            out.extend_from_slice(&entry.epoch.to_be_bytes());
+            out.extend_from_slice(&entry.last_timestamp.to_be_bytes());
+            // At most BATCHES_PER_PRODUCER (5).
+            out.push(entry.batches.len() as u8);
+            for b in &entry.batches {
+                out.extend_from_slice(&b.first_sequence.to_be_bytes());
+                out.extend_from_slice(&b.last_sequence.to_be_bytes());
+                out.extend_from_slice(&b.first_offset.to_be_bytes());
+                out.extend_from_slice(&b.last_offset.to_be_bytes());
+            }
+        }
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_be_bytes());
+        out
+    }
+
+    /// A snapshot's state back; `Err` says why the bytes are not one (torn,
+    /// corrupt, another version), and the log then rebuilds from its batches.
+    pub fn decode_snapshot(bytes: &[u8]) -> Result<ProducerStates, String> {
+        let Some((body, crc)) = bytes.split_last_chunk::<4>() else {
+            return Err("cut short".into());
+        };
+        if crc32c::crc32c(body) != u32::from_be_bytes(*crc) {
+            return Err("CRC mismatch".into());
+        }
+        let mut r = Reader(body);
+        if &r.take::<4>()? != SNAPSHOT_MAGIC {
+            return Err("not a producer-state snapshot".into());
+        }
+        let version = r.u8()?;
+        if version != SNAPSHOT_VERSION {
+            return Err(format!("version {version}, not {SNAPSHOT_VERSION}"));
+        }
+        let count = u32::from_be_bytes(r.take()?);
+        let mut producers = HashMap::new();
+        for _ in 0..count {
+            let id = r.i64()?;
+            let epoch = r.i16()?;
+            let last_timestamp = r.i64()?;
+            let n = usize::from(r.u8()?);
+            if n == 0 || n > BATCHES_PER_PRODUCER {
+                return Err(format!("producer {id} with {n} batches"));
+            }
+            let mut batches = VecDeque::with_capacity(n);
+            for _ in 0..n {
+                batches.push_back(BatchRef {
+                    first_sequence: r.i32()?,
+                    last_sequence: r.i32()?,
+                    first_offset: r.i64()?,
+                    last_offset: r.i64()?,
+                });
+            }
+            let entry = ProducerEntry {
+                epoch,
+                batches,
+                last_timestamp,
+            };
+            if producers.insert(id, entry).is_some() {
+                return Err(format!("producer {id} twice"));
+            }
+        }
+        if !r.0.is_empty() {
+            return Err("bytes after the last producer".into());
+        }
+        Ok(ProducerStates { producers })
+    }
+
+    /// Forgets producers whose last batch is older than `max_age_ms` at `now_ms`
+    /// (Kafka's `producer.id.expiration.ms`); returns how many. A retry of such
+    /// a producer is then answered `UNKNOWN_PRODUCER_ID`.
+    pub fn expire(&mut self, now_ms: i64, max_age_ms: i64) -> usize {
+        let before = self.producers.len();
+        self.producers
+            .retain(|_, e| now_ms.saturating_sub(e.last_timestamp) <= max_age_ms);
+        before - self.producers.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,15 +400,14 @@ mod tests {
                     got: 6,
                 }),
             ),
-            // A new producer must start at 0.
+            // A producer with no state here must start at 0.
             (
                 8,
                 0,
                 4,
                 1,
-                Err(SequenceError::OutOfOrder {
+                Err(SequenceError::UnknownProducer {
                     producer_id: 8,
-                    expected: None,
                     got: 4,
                 }),
             ),
@@ -342,6 +476,49 @@ mod tests {
         assert_eq!(last_sequence(i32::MAX - 1, 2), i32::MAX);
         assert_eq!(w.check(&header(3, 0, 0, 1, 2)), Ok(SequenceCheck::Append));
         assert_eq!(last_sequence(i32::MAX, 3), 1);
+    }
+
+    #[test]
+    fn snapshots_round_trip_and_damage_is_refused() {
+        let mut s = ProducerStates::default();
+        for i in 0..7 {
+            s.update(&header(i % 3, 0, i32::try_from(i / 3).unwrap(), 1, i));
+        }
+        let bytes = s.encode_snapshot();
+        assert_eq!(ProducerStates::decode_snapshot(&bytes), Ok(s.clone()));
+        assert_eq!(
+            ProducerStates::decode_snapshot(&ProducerStates::default().encode_snapshot()),
+            Ok(ProducerStates::default())
+        );
+        for cut in [0, 3, bytes.len() - 1] {
+            assert!(
+                ProducerStates::decode_snapshot(&bytes[..cut]).is_err(),
+                "cut at {cut}"
+            );
+        }
+        let mut flipped = bytes.clone();
+        flipped[10] ^= 1;
+        assert_eq!(
+            ProducerStates::decode_snapshot(&flipped),
+            Err("CRC mismatch".into())
+        );
+    }
+
+    #[test]
+    fn producers_expire_after_their_last_batch() {
+        let mut s = ProducerStates::default();
+        // header(): max_timestamp is the base offset.
+        s.update(&header(1, 0, 0, 1, 100));
+        s.update(&header(2, 0, 0, 1, 500));
+        assert_eq!(s.expire(600, 200), 1);
+        assert!(s.get(1).is_none() && s.get(2).is_some());
+        assert_eq!(
+            s.check(&header(1, 0, 1, 1, 700)),
+            Err(SequenceError::UnknownProducer {
+                producer_id: 1,
+                got: 1
+            })
+        );
     }
 
     /// One producer step: (producer 0..3, epoch bump?, records 1..4).

@@ -380,6 +380,22 @@ pub fn stamp(batch: &mut [u8], base_offset: i64, partition_leader_epoch: i32) {
         .copy_from_slice(&partition_leader_epoch.to_be_bytes());
 }
 
+/// Gives an encoded batch another producer id, epoch and base sequence, and its
+/// CRC anew (they are covered by it): what an idempotent producer does to a batch
+/// it must send again under a new epoch. The batch must be a whole, valid one.
+pub fn restamp_producer(
+    batch: &mut [u8],
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+) {
+    batch[PRODUCER_ID_AT..PRODUCER_ID_AT + 8].copy_from_slice(&producer_id.to_be_bytes());
+    batch[PRODUCER_EPOCH_AT..PRODUCER_EPOCH_AT + 2].copy_from_slice(&producer_epoch.to_be_bytes());
+    batch[BASE_SEQUENCE_AT..BASE_SEQUENCE_AT + 4].copy_from_slice(&base_sequence.to_be_bytes());
+    let crc = compute_crc(batch);
+    batch[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
 /// The first 17 bytes of a batch (up to and including `magic`) with the leader's
 /// stamp applied: lets a writer send the stamp and then the untouched rest of the
 /// producer's bytes without copying them.
@@ -838,6 +854,25 @@ mod tests {
             assert_eq!(b.size_bytes() - before, predicted);
         }
         b.finish()
+    }
+
+    #[test]
+    fn restamping_a_producer_batch_equals_building_it_so() {
+        let build_as = |pid, epoch, seq| {
+            let mut b = BatchBuilder::new(10);
+            b.set_producer(pid, epoch, seq);
+            b.push(11, Some(b"k"), Some(b"v"), &[]);
+            b.push(12, None, Some(b"w"), &[]);
+            b.finish_with(Compression::Lz4).to_vec()
+        };
+        let mut batch = build_as(7, 0, 40);
+        restamp_producer(&mut batch, 7, 1, 0);
+        assert_eq!(batch, build_as(7, 1, 0));
+        let h = verify_crc(&batch).unwrap();
+        assert_eq!(
+            (h.producer_id, h.producer_epoch, h.base_sequence),
+            (7, 1, 0)
+        );
     }
 
     fn arb_record() -> impl Strategy<Value = Rec> {

@@ -192,6 +192,7 @@ fn sequence_check(states: &ProducerStates, batches: &[u8]) -> Result<SequenceChe
             match e {
                 SequenceError::OutOfOrder { .. } => ErrorCode::OutOfOrderSequenceNumber,
                 SequenceError::FencedEpoch { .. } => ErrorCode::InvalidProducerEpoch,
+                SequenceError::UnknownProducer { .. } => ErrorCode::UnknownProducerId,
             }
         }),
     }
@@ -742,12 +743,18 @@ impl Partition {
         }
     }
 
-    /// Runs retention, below the high watermark only.
-    pub fn apply_retention(&self, now_ms: i64) {
+    /// Runs retention, below the high watermark only, and forgets idempotent
+    /// producers silent for longer than `producer_id_expiration_ms`.
+    pub fn apply_retention(&self, now_ms: i64, producer_id_expiration_ms: i64) {
         let hw = self.high_watermark();
-        match self.log.write().delete_old_segments(now_ms, hw) {
+        let mut log = self.log.write();
+        match log.delete_old_segments(now_ms, hw) {
             Ok(info) => tracing::debug!(partition = %self.tp, ?info, "retention"),
             Err(e) => tracing::warn!(partition = %self.tp, error = %e, "retention failed"),
+        }
+        let expired = log.expire_producers(now_ms, producer_id_expiration_ms);
+        if expired > 0 {
+            tracing::info!(partition = %self.tp, expired, "idempotent producers expired");
         }
     }
 
@@ -763,8 +770,13 @@ impl Partition {
     /// DescribeTopics' leader view; None when not leader.
     pub fn describe(&self, now: Instant) -> Option<pb::PartitionDescription> {
         let core = self.core.lock();
-        let log_start = self.log.read().log_start_offset();
-        core.describe(self.tp.partition, log_start, now)
+        let (log_start, producers) = {
+            let log = self.log.read();
+            (log.log_start_offset(), log.producer_states().len())
+        };
+        let mut description = core.describe(self.tp.partition, log_start, now)?;
+        description.producer_count = i32::try_from(producers).unwrap_or(i32::MAX);
+        Some(description)
     }
 }
 
