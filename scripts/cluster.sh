@@ -54,6 +54,15 @@ client_address() {
 
 metrics_address() { config_value "$1" metrics_listen; }
 
+# host:port Kafka's clients use for broker N (its first Kafka listener), if any.
+kafka_address() {
+    local v
+    v=$(config_value "$1" kafka_advertised_listeners)
+    [ -n "$v" ] || v=$(config_value "$1" kafka_listeners)
+    v=${v%%,*}
+    echo "${v#*://}"
+}
+
 is_controller_in_config() { [[ "$(config_value "$1" process_roles)" == *controller* ]]; }
 
 # PID of broker N if the process in its pid file is alive and is synclined.
@@ -98,7 +107,7 @@ on_up_exit() {
 # Refuses to start broker N onto a port something else already listens on.
 check_ports_free() {
     local n=$1 a
-    for a in "$(client_address "$n")" "$(metrics_address "$n")"; do
+    for a in "$(client_address "$n")" "$(metrics_address "$n")" "$(kafka_address "$n")"; do
         [ -n "$a" ] || continue
         if port_answers "$a"; then
             die "broker $n cannot start: $a is already in use by a process this script did not start. Stop that process (another checkout's \`scripts/cluster.sh down\`, or kill it), or change the ports in $(config_file "$n")"
@@ -167,8 +176,11 @@ wait_ready() {
 }
 
 print_usage_hint() {
-    local addresses=() n
-    for n in "${BROKERS[@]}"; do addresses+=("$(client_address "$n")"); done
+    local addresses=() kafka=() n
+    for n in "${BROKERS[@]}"; do
+        addresses+=("$(client_address "$n")")
+        [ -z "$(kafka_address "$n")" ] || kafka+=("$(kafka_address "$n")")
+    done
     local bootstrap
     bootstrap=$(
         IFS=,
@@ -176,7 +188,8 @@ print_usage_hint() {
     )
     cat <<EOF
 
-The cluster is up: brokers ${BROKERS[*]} on ${addresses[*]} (each also a controller voter).
+The cluster is up: brokers ${BROKERS[*]} on ${addresses[*]} (each also a controller voter);
+Kafka's clients and tools (kcat, librdkafka, kafka-python) on ${kafka[*]:-"(no kafka_listeners)"}.
 
   export PATH="\$PWD/$BIN_DIR:\$PATH"      # syncline and synclined
   syncline topic create orders --partitions 3 --replication-factor 3 --config min.insync.replicas=2

@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
-# Runs the whole test suite (what CI runs). Needs only the Rust toolchain:
-# the end-to-end tests start the real binaries, built here first.
+# Runs the whole test suite (what CI runs). Needs the Rust toolchain, and
+# installs kcat (apt) when missing: the end-to-end tests start the real
+# binaries, built here first, and the Kafka listener's run Kafka's client.
 #   scripts/test.sh            all tests
 #   scripts/test.sh FILTER...  extra arguments go to the test runner
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# The Kafka listener's tests run Kafka's own command-line client against it.
+if ! command -v kcat >/dev/null 2>&1; then
+    echo "==> installing kcat (Debian's package; the Kafka listener's tests use it)"
+    sudo_if_needed=""
+    [ "$(id -u)" = 0 ] || sudo_if_needed="sudo"
+    $sudo_if_needed apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_if_needed apt-get install -y -qq kcat >/dev/null
+fi
 
 echo "==> building binaries (the end-to-end tests run them)"
 cargo build --workspace --bins

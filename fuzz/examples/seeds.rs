@@ -5,6 +5,8 @@
 //!     cargo +nightly run --manifest-path fuzz/Cargo.toml --example seeds
 //!
 //! (`batch_builder` and `log_recovery` take structured input and start from nothing.)
+//! `kafka_request`'s are Kafka request frames, encoded with the client half of
+//! `kafka-protocol`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -251,5 +253,73 @@ fn main() {
         steps.extend_from_slice(r);
     }
     write(&dir, "decisions", &steps);
+    let dir = root.join("kafka_request");
+    for (name, frame) in kafka_requests() {
+        write(&dir, name, &frame);
+    }
     println!("seeds written under {}", root.display());
+}
+
+/// A Kafka request frame body (header and request) as a client sends it.
+fn kafka_frame<R: kafka_protocol::protocol::Encodable>(
+    api: kafka_protocol::messages::ApiKey,
+    version: i16,
+    body: &R,
+) -> Vec<u8> {
+    use kafka_protocol::messages::RequestHeader;
+    use kafka_protocol::protocol::{Encodable, StrBytes};
+    let mut header = RequestHeader::default();
+    header.request_api_key = api as i16;
+    header.request_api_version = version;
+    header.correlation_id = 7;
+    header.client_id = Some(StrBytes::from_static_str("seed"));
+    let mut buf = bytes::BytesMut::new();
+    header.encode(&mut buf, api.request_header_version(version)).expect("header");
+    body.encode(&mut buf, version).expect("body");
+    buf.to_vec()
+}
+
+/// One request of each API the Kafka listener serves, at its oldest and newest
+/// versions.
+fn kafka_requests() -> Vec<(&'static str, Vec<u8>)> {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::StrBytes;
+    let name = || TopicName(StrBytes::from_static_str("orders"));
+    let mut produce = ProduceRequest::default();
+    produce.acks = -1;
+    produce.timeout_ms = 1000;
+    let mut partition = PartitionProduceData::default();
+    partition.records = Some(batch(2, true));
+    let mut topic = TopicProduceData::default();
+    topic.name = name();
+    topic.partition_data = vec![partition];
+    produce.topic_data = vec![topic];
+    let mut fetch = FetchRequest::default();
+    fetch.max_wait_ms = 500;
+    let mut fp = FetchPartition::default();
+    fp.fetch_offset = 3;
+    let mut ft = FetchTopic::default();
+    ft.topic = name();
+    ft.partitions = vec![fp];
+    fetch.topics = vec![ft];
+    let mut all = MetadataRequest::default();
+    all.topics = None;
+    vec![
+        ("api-versions-v0", kafka_frame(ApiKey::ApiVersions, 0, &ApiVersionsRequest::default())),
+        ("api-versions-v3", kafka_frame(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())),
+        ("metadata-v1", kafka_frame(ApiKey::Metadata, 1, &all)),
+        ("metadata-v9", kafka_frame(ApiKey::Metadata, 9, &all)),
+        ("produce-v3", kafka_frame(ApiKey::Produce, 3, &produce)),
+        ("produce-v9", kafka_frame(ApiKey::Produce, 9, &produce)),
+        ("fetch-v4", kafka_frame(ApiKey::Fetch, 4, &fetch)),
+        ("fetch-v12", kafka_frame(ApiKey::Fetch, 12, &fetch)),
+        ("list-offsets-v7", kafka_frame(ApiKey::ListOffsets, 7, &ListOffsetsRequest::default())),
+        (
+            "offset-for-leader-epoch-v4",
+            kafka_frame(ApiKey::OffsetForLeaderEpoch, 4, &OffsetForLeaderEpochRequest::default()),
+        ),
+        ("init-producer-id-v4", kafka_frame(ApiKey::InitProducerId, 4, &InitProducerIdRequest::default())),
+    ]
 }

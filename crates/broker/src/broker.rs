@@ -613,6 +613,7 @@ pub async fn start_on(
         tasks.push(tokio::spawn(crate::server::serve(
             listener,
             Arc::from(l.name.as_str()),
+            l.kafka,
             broker.clone(),
             background.clone(),
         )));

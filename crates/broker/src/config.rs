@@ -95,10 +95,31 @@ pub struct ListenerConfig {
     /// The address it gives to clients and other brokers (from
     /// `advertised_listeners`; `bind` when that does not name this listener).
     pub advertised: HostPort,
+    /// A Kafka wire-protocol listener (from `kafka_listeners`), for Kafka's
+    /// clients and tools; otherwise syncline's own protocol.
+    pub kafka: bool,
 }
 
 /// The listener name of `listeners = "host:port"` (no name given).
 pub const DEFAULT_LISTENER_NAME: &str = "PLAINTEXT";
+/// The listener name of `kafka_listeners = "host:port"` (no name given).
+pub const DEFAULT_KAFKA_LISTENER_NAME: &str = "KAFKA";
+
+/// `host:port` items without a name get `default`'s.
+fn name_listeners(s: &str, default: &str) -> String {
+    s.split(',')
+        .map(str::trim)
+        .filter(|i| !i.is_empty())
+        .map(|i| {
+            if i.contains("://") {
+                i.to_string()
+            } else {
+                format!("{default}://{i}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
 
 /// Parses `[NAME://]host:port[,...]` into (name, address) pairs.
 fn parse_listeners(key: &'static str, s: &str) -> Result<Vec<(String, HostPort)>, ConfigError> {
@@ -138,6 +159,55 @@ pub struct Voter {
     pub address: HostPort,
 }
 
+/// The listeners of one protocol: `bound` (`[NAME://]host:port,...`), with
+/// their advertised addresses from `advertised` (by name; the bound address
+/// when not named, which must then not be a wildcard). `keys` name the two
+/// settings in errors.
+fn listener_configs(
+    keys: (&'static str, &'static str),
+    bound: &str,
+    advertised: Option<&str>,
+    kafka: bool,
+) -> Result<Vec<ListenerConfig>, ConfigError> {
+    let (listeners_key, advertised_key) = keys;
+    let bound = parse_listeners(listeners_key, bound)?;
+    let advertised = match advertised {
+        Some(s) => parse_listeners(advertised_key, s)?,
+        None => Vec::new(),
+    };
+    for (name, _) in &advertised {
+        if !bound.iter().any(|(n, _)| n == name) {
+            return Err(invalid(
+                advertised_key,
+                format!("`{name}` is not one of `{listeners_key}`"),
+            ));
+        }
+    }
+    let mut listeners = Vec::new();
+    for (name, bind) in bound {
+        let advertised = match advertised.iter().find(|(n, _)| *n == name) {
+            Some((_, a)) => a.clone(),
+            None if bind.host == "0.0.0.0" || bind.host == "::" => {
+                return Err(invalid(
+                    advertised_key,
+                    format!(
+                        "must give an address for listener `{name}`: it binds a wildcard \
+                         address, and clients need a host they can reach"
+                    ),
+                ))
+            }
+            None => bind.clone(),
+        };
+        listeners.push(ListenerConfig {
+            name,
+            bind,
+            advertised,
+            kafka,
+        });
+    }
+    Ok(listeners)
+}
+
 /// The file as written: every key optional except `node_id`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -146,6 +216,8 @@ struct RawConfig {
     cluster_id: Option<String>,
     listeners: Option<String>,
     advertised_listeners: Option<String>,
+    kafka_listeners: Option<String>,
+    kafka_advertised_listeners: Option<String>,
     inter_broker_listener_name: Option<String>,
     log_dirs: Option<String>,
     process_roles: Option<String>,
@@ -210,9 +282,11 @@ pub struct BrokerConfig {
     /// Brokers registering with a different cluster id are refused. Kafka keeps it
     /// in `meta.properties`; here it is a key. Default `"syncline"`.
     pub cluster_id: String,
-    /// Every listener (Kafka's `listeners` and `advertised.listeners`); clients get
+    /// Every listener (Kafka's `listeners` and `advertised.listeners`, then the
+    /// Kafka wire-protocol ones of `kafka_listeners` and
+    /// `kafka_advertised_listeners`, unnamed ones called `KAFKA`); clients get
     /// the endpoints of the one they connected to. Default: one `PLAINTEXT`
-    /// listener on `127.0.0.1:9092`.
+    /// listener on `127.0.0.1:9092`, no Kafka listener.
     pub listeners: Vec<ListenerConfig>,
     /// The listener other brokers and the controller use (Kafka's
     /// `inter.broker.listener.name`). Default: the first of `listeners`.
@@ -503,45 +577,39 @@ impl BrokerConfig {
         if raw.node_id < 0 {
             return Err(invalid("node_id", "must be 0 or more"));
         }
-        let bound = parse_listeners(
-            "listeners",
+        let mut listeners = listener_configs(
+            ("listeners", "advertised_listeners"),
             raw.listeners.as_deref().unwrap_or("127.0.0.1:9092"),
+            raw.advertised_listeners.as_deref(),
+            false,
         )?;
-        let advertised = match raw.advertised_listeners.as_deref() {
-            Some(s) => parse_listeners("advertised_listeners", s)?,
-            None => Vec::new(),
-        };
-        for (name, _) in &advertised {
-            if !bound.iter().any(|(n, _)| n == name) {
-                return Err(invalid(
-                    "advertised_listeners",
-                    format!("`{name}` is not one of `listeners`"),
-                ));
-            }
-        }
-        let mut listeners = Vec::new();
-        for (name, bind) in bound {
-            let advertised = match advertised.iter().find(|(n, _)| *n == name) {
-                Some((_, a)) => a.clone(),
-                None if bind.host == "0.0.0.0" || bind.host == "::" => {
+        if let Some(kafka) = raw.kafka_listeners.as_deref() {
+            let kafka = listener_configs(
+                ("kafka_listeners", "kafka_advertised_listeners"),
+                &name_listeners(kafka, DEFAULT_KAFKA_LISTENER_NAME),
+                raw.kafka_advertised_listeners
+                    .as_deref()
+                    .map(|a| name_listeners(a, DEFAULT_KAFKA_LISTENER_NAME))
+                    .as_deref(),
+                true,
+            )?;
+            for l in kafka {
+                if listeners.iter().any(|o| o.name == l.name) {
                     return Err(invalid(
-                        "advertised_listeners",
-                        format!(
-                            "must give an address for listener `{name}`: it binds a wildcard \
-                             address, and clients need a host they can reach"
-                        ),
-                    ))
+                        "kafka_listeners",
+                        format!("listener name `{}` is taken by `listeners`", l.name),
+                    ));
                 }
-                None => bind.clone(),
-            };
-            listeners.push(ListenerConfig {
-                name,
-                bind,
-                advertised,
-            });
+                listeners.push(l);
+            }
+        } else if raw.kafka_advertised_listeners.is_some() {
+            return Err(invalid(
+                "kafka_advertised_listeners",
+                "needs kafka_listeners (it names their advertised addresses)",
+            ));
         }
         let inter_broker_listener_name = match raw.inter_broker_listener_name {
-            Some(name) if listeners.iter().any(|l| l.name == name) => name,
+            Some(name) if listeners.iter().any(|l| l.name == name && !l.kafka) => name,
             Some(name) => {
                 return Err(invalid(
                     "inter_broker_listener_name",
@@ -1164,6 +1232,57 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(err.contains(key), "{extra}: {err}");
+        }
+    }
+
+    #[test]
+    fn kafka_listeners_are_listeners_of_kafkas_protocol() {
+        let c = BrokerConfig::parse(&format!(
+            "{MINIMAL}\nlisteners = \"127.0.0.1:9092\"\n\
+             kafka_listeners = \"127.0.0.1:29092,OUTSIDE://0.0.0.0:29192\"\n\
+             kafka_advertised_listeners = \"OUTSIDE://kafka.example:29192\"\n"
+        ))
+        .unwrap();
+        let summary: Vec<(&str, String, bool)> = c
+            .listeners
+            .iter()
+            .map(|l| (l.name.as_str(), l.advertised.to_string(), l.kafka))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("PLAINTEXT", "127.0.0.1:9092".to_string(), false),
+                ("KAFKA", "127.0.0.1:29092".to_string(), true),
+                ("OUTSIDE", "kafka.example:29192".to_string(), true),
+            ]
+        );
+        assert_eq!(c.inter_broker().name, "PLAINTEXT");
+        for (extra, key, why) in [
+            (
+                "kafka_listeners = \"PLAINTEXT://h:1\"",
+                "kafka_listeners",
+                "taken",
+            ),
+            (
+                "kafka_advertised_listeners = \"h:1\"",
+                "kafka_advertised_listeners",
+                "needs kafka_listeners",
+            ),
+            (
+                "kafka_listeners = \"0.0.0.0:29092\"",
+                "kafka_advertised_listeners",
+                "wildcard",
+            ),
+            (
+                "kafka_listeners = \"h:1\"\ninter_broker_listener_name = \"KAFKA\"",
+                "inter_broker_listener_name",
+                "",
+            ),
+        ] {
+            let err = BrokerConfig::parse(&format!("{MINIMAL}\n{extra}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key) && err.contains(why), "{extra}: {err}");
         }
     }
 

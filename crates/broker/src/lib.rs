@@ -51,6 +51,7 @@ mod fetch_session;
 mod fetcher;
 mod follower;
 mod http;
+mod kafka;
 mod lifecycle;
 mod metadata_cache;
 pub mod metrics;

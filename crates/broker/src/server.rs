@@ -38,7 +38,9 @@ pub(crate) struct ConnectionState {
     /// The name of the listener it arrived on (answers carry that listener's
     /// endpoints).
     pub listener: Arc<str>,
-    tx: mpsc::UnboundedSender<(Bytes, Option<OwnedSemaphorePermit>)>,
+    /// The writer of a syncline connection; None on a Kafka listener, whose
+    /// responders carry their own slot in the response order.
+    tx: Option<mpsc::UnboundedSender<(Bytes, Option<OwnedSemaphorePermit>)>>,
     /// Operations waiting in a purgatory on behalf of this connection: cancelled
     /// when it closes.
     pending: Mutex<Vec<PendingOp>>,
@@ -47,6 +49,25 @@ pub(crate) struct ConnectionState {
 }
 
 impl ConnectionState {
+    /// The state of a Kafka listener's connection (anonymous; responses go
+    /// through each request's own slot).
+    pub(crate) fn kafka(listener: Arc<str>) -> Arc<ConnectionState> {
+        Arc::new(ConnectionState {
+            listener,
+            tx: None,
+            pending: Mutex::new(Vec::new()),
+            principal: OnceLock::new(),
+        })
+    }
+
+    /// Cancels what waits on behalf of the connection (it closed).
+    pub(crate) fn cancel_pending(&self, broker: &Broker) {
+        let pending = std::mem::take(&mut *self.pending.lock());
+        for op in pending {
+            broker.replica_manager().cancel(op);
+        }
+    }
+
     /// Who the connection authenticated as.
     pub(crate) fn principal(&self) -> Principal {
         self.principal.get().copied().unwrap_or_default()
@@ -74,6 +95,22 @@ pub(crate) struct Responder {
     _permit: OwnedSemaphorePermit,
     /// The response bytes reserved for it (fetches): released once written.
     reserved: Option<OwnedSemaphorePermit>,
+    /// Where the response goes when the request came on a Kafka listener.
+    kafka: Option<KafkaReply>,
+}
+
+/// A Kafka listener's request: how its syncline response becomes the Kafka
+/// response (the API and version it was asked in), and the slot the
+/// connection's writer waits on, in request order.
+pub(crate) struct KafkaReply {
+    pub(crate) translate: Box<dyn FnOnce(pb::response::Body) -> Bytes + Send>,
+    pub(crate) slot: tokio::sync::oneshot::Sender<(Bytes, Option<OwnedSemaphorePermit>)>,
+}
+
+impl std::fmt::Debug for KafkaReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KafkaReply")
+    }
 }
 
 impl Responder {
@@ -82,8 +119,35 @@ impl Responder {
         &self.conn
     }
 
+    /// A responder for a request of a Kafka listener's connection.
+    pub(crate) fn for_kafka(
+        conn: Arc<ConnectionState>,
+        api: Option<Arc<ApiMetrics>>,
+        permit: OwnedSemaphorePermit,
+        reserved: Option<OwnedSemaphorePermit>,
+        reply: KafkaReply,
+    ) -> Responder {
+        Responder {
+            conn,
+            correlation_id: 0,
+            api,
+            started: Instant::now(),
+            _permit: permit,
+            reserved,
+            kafka: Some(reply),
+        }
+    }
+
     /// Sends the response.
-    pub(crate) fn send(self, body: pb::response::Body) {
+    pub(crate) fn send(mut self, body: pb::response::Body) {
+        if let Some(reply) = self.kafka.take() {
+            let bytes = (reply.translate)(body);
+            if let Some(api) = &self.api {
+                api.observe(self.started.elapsed(), bytes.len());
+            }
+            let _ = reply.slot.send((bytes, self.reserved.take()));
+            return;
+        }
         let response = pb::Response {
             correlation_id: self.correlation_id,
             body: Some(body),
@@ -93,7 +157,9 @@ impl Responder {
             api.observe(self.started.elapsed(), bytes.len());
         }
         // The connection may have closed meanwhile: then nobody wants the answer.
-        let _ = self.conn.tx.send((bytes, self.reserved));
+        if let Some(tx) = &self.conn.tx {
+            let _ = tx.send((bytes, self.reserved.take()));
+        }
     }
 
     /// Sends an error for a request that could not be served at all.
@@ -114,9 +180,11 @@ impl Responder {
 }
 
 /// Accepts connections until `shutdown` fires.
+/// `kafka`: the listener speaks Kafka's protocol (`kafka_listeners`).
 pub(crate) async fn serve(
     mut listener: Box<dyn Listener>,
     name: Arc<str>,
+    kafka: bool,
     broker: Arc<Broker>,
     shutdown: CancellationToken,
 ) {
@@ -142,7 +210,11 @@ pub(crate) async fn serve(
                     let shutdown = shutdown.clone();
                     let name = name.clone();
                     tokio::spawn(async move {
-                        connection(stream, peer, name, broker, shutdown).await;
+                        if kafka {
+                            crate::kafka::connection(stream, peer, name, broker, shutdown).await;
+                        } else {
+                            connection(stream, peer, name, broker, shutdown).await;
+                        }
                         drop(slot);
                     });
                 }
@@ -168,7 +240,7 @@ async fn connection(
     let (tx, mut rx) = mpsc::unbounded_channel::<(Bytes, Option<OwnedSemaphorePermit>)>();
     let conn = Arc::new(ConnectionState {
         listener,
-        tx,
+        tx: Some(tx),
         pending: Mutex::new(Vec::new()),
         principal: OnceLock::new(),
     });
@@ -249,6 +321,7 @@ async fn connection(
             started: Instant::now(),
             _permit: permit,
             reserved,
+            kafka: None,
         };
         if let Some(
             body @ (pb::request::Body::SaslHandshake(_) | pb::request::Body::SaslAuthenticate(_)),
@@ -272,10 +345,7 @@ async fn connection(
         }
         broker.handle(request, responder);
     }
-    let pending = std::mem::take(&mut *conn.pending.lock());
-    for op in pending {
-        broker.replica_manager().cancel(op);
-    }
+    conn.cancel_pending(&broker);
     drop(conn);
     // The writer ends by itself once the last responder is gone (it drains what
     // completed requests queued); on shutdown nobody waits for it.
@@ -285,13 +355,13 @@ async fn connection(
 }
 
 /// The bytes of fetch responses one connection may have reserved or queued.
-fn response_budget(config: &crate::config::BrokerConfig) -> u32 {
+pub(crate) fn response_budget(config: &crate::config::BrokerConfig) -> u32 {
     (config.fetch_max_bytes + config.message_max_bytes).min(u32::MAX as usize) as u32
 }
 
 /// What a fetch asking for `max_bytes` may put in its response: the capped
 /// request plus one batch past it.
-fn fetch_reservation(config: &crate::config::BrokerConfig, max_bytes: i32) -> u32 {
+pub(crate) fn fetch_reservation(config: &crate::config::BrokerConfig, max_bytes: i32) -> u32 {
     (config.fetch_bytes_cap(max_bytes) + config.message_max_bytes).min(u32::MAX as usize) as u32
 }
 

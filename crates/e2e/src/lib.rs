@@ -76,6 +76,8 @@ pub struct Node {
     pub id: i32,
     pub port: u16,
     pub metrics_port: u16,
+    /// Its Kafka wire-protocol listener.
+    pub kafka_port: u16,
     pub config: PathBuf,
     pub log: PathBuf,
     child: Option<Child>,
@@ -89,6 +91,11 @@ impl Node {
 
     pub fn metrics_addr(&self) -> String {
         format!("127.0.0.1:{}", self.metrics_port)
+    }
+
+    /// Its Kafka listener's address.
+    pub fn kafka_addr(&self) -> String {
+        format!("127.0.0.1:{}", self.kafka_port)
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -141,15 +148,17 @@ impl Cluster {
     pub async fn start_quorum(n: usize, voters: usize, extra: &str) -> Cluster {
         assert!((1..=n).contains(&voters), "1 to {n} voters");
         let dir = tempfile::tempdir().expect("temp dir");
-        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+        let ports: Vec<(u16, u16, u16)> = (0..n)
+            .map(|_| (free_port(), free_port(), free_port()))
+            .collect();
         let quorum: Vec<String> = ports[..voters]
             .iter()
             .enumerate()
-            .map(|(i, (port, _))| format!("{}@127.0.0.1:{port}", i + 1))
+            .map(|(i, (port, _, _))| format!("{}@127.0.0.1:{port}", i + 1))
             .collect();
         let quorum = quorum.join(",");
         let mut nodes = Vec::new();
-        for (i, (port, metrics_port)) in ports.into_iter().enumerate() {
+        for (i, (port, metrics_port, kafka_port)) in ports.into_iter().enumerate() {
             let id = i as i32 + 1;
             let roles = if i < voters {
                 "broker,controller"
@@ -158,7 +167,8 @@ impl Cluster {
             };
             let config = dir.path().join(format!("broker-{id}.toml"));
             let text = format!(
-                "node_id = {id}\nlisteners = \"127.0.0.1:{port}\"\nlog_dirs = \"{}\"\n\
+                "node_id = {id}\nlisteners = \"127.0.0.1:{port}\"\n\
+                 kafka_listeners = \"127.0.0.1:{kafka_port}\"\nlog_dirs = \"{}\"\n\
                  process_roles = \"{roles}\"\ncontroller_quorum_voters = \"{quorum}\"\n\
                  metrics_listen = \"127.0.0.1:{metrics_port}\"\n{extra}\n",
                 dir.path().join(format!("data-{id}")).display()
@@ -168,6 +178,7 @@ impl Cluster {
                 id,
                 port,
                 metrics_port,
+                kafka_port,
                 log: dir.path().join(format!("broker-{id}.log")),
                 config,
                 child: None,
@@ -317,6 +328,15 @@ impl Cluster {
         self.nodes
             .iter()
             .map(Node::addr)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Every broker's Kafka listener, as Kafka clients' `bootstrap.servers`.
+    pub fn kafka_bootstrap(&self) -> String {
+        self.nodes
+            .iter()
+            .map(Node::kafka_addr)
             .collect::<Vec<_>>()
             .join(",")
     }

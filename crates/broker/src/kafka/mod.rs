@@ -1,0 +1,165 @@
+//! The Kafka wire-protocol listener (`kafka_listeners`): Kafka's clients and
+//! tools (librdkafka, kcat, kafka-python, the Java clients) on the same brokers.
+//!
+//! The protocol itself is `syncline-kafka` (`codec`: the APIs and versions
+//! spoken, frames by the `kafka-protocol` crate; `translate`: each Kafka request
+//! as the syncline request the broker already serves, and its response back, so
+//! no rule of the broker is implemented twice). This module owns connections.
+//!
+//! A connection reads frames in order and dispatches each as the syncline
+//! listener does (inline, so appends keep the arrival order); responses leave in
+//! request order, as Kafka's clients require, each waiting for those before it.
+//! A Produce with acks=0 gets no response. Fetch responses are held to the same
+//! per-connection byte budget. Anything the listener does not speak (an unknown
+//! API, an unadvertised version, bytes that do not decode, a frame above
+//! `socket_request_max_bytes`) closes the connection, as Kafka's brokers do;
+//! an ApiVersions of a newer version is answered with the versions spoken.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use syncline_proto::{frame, pb, API_VERSION};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio_util::codec::FramedRead;
+use tokio_util::sync::CancellationToken;
+
+use crate::broker::Broker;
+use crate::net::BoxStream;
+use crate::server::{fetch_reservation, response_budget, ConnectionState, KafkaReply, Responder};
+use syncline_kafka::codec;
+use syncline_kafka::translate::{self, Route};
+
+/// What the writer sends next: a response in request order (empty bytes close
+/// the connection), with the fetch budget it holds until written.
+type Slot = oneshot::Receiver<(Bytes, Option<OwnedSemaphorePermit>)>;
+
+/// Serves one connection of a Kafka listener.
+pub(crate) async fn connection(
+    stream: BoxStream,
+    peer: String,
+    listener: Arc<str>,
+    broker: Arc<Broker>,
+    shutdown: CancellationToken,
+) {
+    let config = broker.config();
+    let (read_half, write_half) = tokio::io::split(stream);
+    let (tx, mut rx) = mpsc::unbounded_channel::<Slot>();
+    let writer = tokio::spawn(async move {
+        let mut write_half = write_half;
+        let mut frames = Vec::with_capacity(1);
+        while let Some(slot) = rx.recv().await {
+            // A request answered with nothing (acks=0) has its slot dropped.
+            let Ok((bytes, reserved)) = slot.await else {
+                continue;
+            };
+            if bytes.is_empty() {
+                break;
+            }
+            if frame::write_queued(&mut write_half, &mut frames, bytes, || None)
+                .await
+                .is_err()
+            {
+                break;
+            }
+            drop(reserved);
+        }
+    });
+    let conn = ConnectionState::kafka(listener);
+    let in_flight = Arc::new(Semaphore::new(config.queued_max_requests));
+    let budget = response_budget(config);
+    let response_bytes = Arc::new(Semaphore::new(budget as usize));
+    let mut frames = FramedRead::new(read_half, frame::codec(config.socket_request_max_bytes));
+    loop {
+        let next = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            next = frames.next() => next,
+        };
+        let bytes = match next {
+            None => break,
+            Some(Ok(b)) => b.freeze(),
+            Some(Err(e)) => {
+                tracing::warn!(%peer, error = %e, "closing a Kafka connection: bad frame");
+                break;
+            }
+        };
+        let frame_len = bytes.len();
+        let decoded = match codec::decode(bytes) {
+            Ok(d) => d,
+            Err(codec::Refused::Answer(answer)) => {
+                let (slot_tx, slot) = oneshot::channel();
+                let _ = slot_tx.send((answer, None));
+                if tx.send(slot).is_err() {
+                    break;
+                }
+                continue;
+            }
+            Err(codec::Refused::Close(why)) => {
+                tracing::warn!(%peer, why, "closing a Kafka connection");
+                break;
+            }
+        };
+        let correlation_id = decoded.header.correlation_id;
+        let client_id = decoded
+            .header
+            .client_id
+            .as_ref()
+            .map(|c| c.to_string())
+            .unwrap_or_default();
+        let (body, reply) = match translate::route(decoded) {
+            Route::Answer(answer) => {
+                let (slot_tx, slot) = oneshot::channel();
+                let _ = slot_tx.send((answer, None));
+                if tx.send(slot).is_err() {
+                    break;
+                }
+                continue;
+            }
+            Route::Broker { body, reply } => (body, reply),
+        };
+        let permit = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            p = in_flight.clone().acquire_owned() => p.expect("semaphore is never closed"),
+        };
+        let reserved = match &body {
+            pb::request::Body::Fetch(f) => {
+                let want = fetch_reservation(config, f.max_bytes).min(budget);
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    p = response_bytes.clone().acquire_many_owned(want) => {
+                        Some(p.expect("semaphore is never closed"))
+                    }
+                }
+            }
+            _ => None,
+        };
+        let api = Some(broker.metrics().api(&body, frame_len));
+        let (slot_tx, slot) = oneshot::channel();
+        if tx.send(slot).is_err() {
+            break;
+        }
+        let responder = Responder::for_kafka(
+            conn.clone(),
+            api,
+            permit,
+            reserved,
+            KafkaReply {
+                translate: reply,
+                slot: slot_tx,
+            },
+        );
+        let request = pb::Request {
+            correlation_id,
+            api_version: API_VERSION,
+            client_id,
+            body: Some(body),
+        };
+        broker.handle(request, responder);
+    }
+    conn.cancel_pending(&broker);
+    drop(conn);
+    drop(tx);
+    if shutdown.is_cancelled() {
+        writer.abort();
+    }
+}
