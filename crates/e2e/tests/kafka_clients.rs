@@ -245,7 +245,17 @@ async fn kcat_idempotent_producer_survives_a_leader_kill_with_every_line_once_in
     assert_ne!(after[&0].leader_id, leader, "leadership moved");
     let consumed = kcat(
         &[
-            "-b", &bootstrap, "-C", "-t", TOPIC, "-p", "0", "-o", "beginning", "-e", "-q",
+            "-b",
+            &bootstrap,
+            "-C",
+            "-t",
+            TOPIC,
+            "-p",
+            "0",
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
         ],
         None,
     )
@@ -264,7 +274,10 @@ async fn wait_failover_done(
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         if let Ok(parts) = topic_metadata(cluster, via, TOPIC).await {
-            if parts.iter().all(|p| p.leader_id >= 0 && p.leader_id != dead) {
+            if parts
+                .iter()
+                .all(|p| p.leader_id >= 0 && p.leader_id != dead)
+            {
                 return parts;
             }
         }
