@@ -268,23 +268,12 @@ async fn connection(
         }
     });
 
-    let in_flight = Arc::new(Semaphore::new(broker.config().queued_max_requests));
-    let budget = response_budget(broker.config());
-    let response_bytes = Arc::new(Semaphore::new(budget as usize));
+    let limits = RequestLimits::new(broker.config());
     let mut sasl = SaslState::default();
     let mut frames = FramedRead::new(read_half, frame::codec(max_frame));
     loop {
-        let next = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            next = frames.next() => next,
-        };
-        let bytes = match next {
-            None => break,
-            Some(Ok(b)) => b.freeze(),
-            Some(Err(e)) => {
-                tracing::warn!(%peer, error = %e, "closing connection: bad frame");
-                break;
-            }
+        let Some(bytes) = next_frame(&mut frames, &shutdown, &peer).await else {
+            break;
         };
         let frame_len = bytes.len();
         let request = match frame::decode_request(bytes) {
@@ -294,21 +283,11 @@ async fn connection(
                 break;
             }
         };
-        let permit = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            p = in_flight.clone().acquire_owned() => p.expect("semaphore is never closed"),
-        };
-        let reserved = match &request.body {
-            Some(pb::request::Body::Fetch(f)) => {
-                let want = fetch_reservation(broker.config(), f.max_bytes).min(budget);
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    p = response_bytes.clone().acquire_many_owned(want) => {
-                        Some(p.expect("semaphore is never closed"))
-                    }
-                }
-            }
-            _ => None,
+        let Some((permit, reserved)) = limits
+            .admit(broker.config(), request.body.as_ref(), &shutdown)
+            .await
+        else {
+            break;
         };
         let api = request
             .body
@@ -354,14 +333,80 @@ async fn connection(
     }
 }
 
+/// The next frame of a connection; `None` once it closed, the broker shuts
+/// down, or it sent a frame the codec refuses (too large: logged).
+pub(crate) async fn next_frame<R: tokio::io::AsyncRead + Unpin>(
+    frames: &mut FramedRead<R, tokio_util::codec::LengthDelimitedCodec>,
+    shutdown: &CancellationToken,
+    peer: &str,
+) -> Option<Bytes> {
+    let next = tokio::select! {
+        _ = shutdown.cancelled() => return None,
+        next = frames.next() => next,
+    };
+    match next? {
+        Ok(b) => Some(b.freeze()),
+        Err(e) => {
+            tracing::warn!(%peer, error = %e, "closing connection: bad frame");
+            None
+        }
+    }
+}
+
+/// One connection's bounds, whatever its protocol: requests in flight
+/// (`queued_max_requests`) and the bytes its fetch responses may hold.
+pub(crate) struct RequestLimits {
+    in_flight: Arc<Semaphore>,
+    response_bytes: Arc<Semaphore>,
+    budget: u32,
+}
+
+impl RequestLimits {
+    pub(crate) fn new(config: &crate::config::BrokerConfig) -> RequestLimits {
+        let budget = response_budget(config);
+        RequestLimits {
+            in_flight: Arc::new(Semaphore::new(config.queued_max_requests)),
+            response_bytes: Arc::new(Semaphore::new(budget as usize)),
+            budget,
+        }
+    }
+
+    /// Waits for room for the request `body` (and, for a fetch, for the bytes
+    /// its response may hold); `None` if the broker shuts down meanwhile.
+    pub(crate) async fn admit(
+        &self,
+        config: &crate::config::BrokerConfig,
+        body: Option<&pb::request::Body>,
+        shutdown: &CancellationToken,
+    ) -> Option<(OwnedSemaphorePermit, Option<OwnedSemaphorePermit>)> {
+        let permit = tokio::select! {
+            _ = shutdown.cancelled() => return None,
+            p = self.in_flight.clone().acquire_owned() => p.expect("semaphore is never closed"),
+        };
+        let reserved = match body {
+            Some(pb::request::Body::Fetch(f)) => {
+                let want = fetch_reservation(config, f.max_bytes).min(self.budget);
+                tokio::select! {
+                    _ = shutdown.cancelled() => return None,
+                    p = self.response_bytes.clone().acquire_many_owned(want) => {
+                        Some(p.expect("semaphore is never closed"))
+                    }
+                }
+            }
+            _ => None,
+        };
+        Some((permit, reserved))
+    }
+}
+
 /// The bytes of fetch responses one connection may have reserved or queued.
-pub(crate) fn response_budget(config: &crate::config::BrokerConfig) -> u32 {
+fn response_budget(config: &crate::config::BrokerConfig) -> u32 {
     (config.fetch_max_bytes + config.message_max_bytes).min(u32::MAX as usize) as u32
 }
 
 /// What a fetch asking for `max_bytes` may put in its response: the capped
 /// request plus one batch past it.
-pub(crate) fn fetch_reservation(config: &crate::config::BrokerConfig, max_bytes: i32) -> u32 {
+fn fetch_reservation(config: &crate::config::BrokerConfig, max_bytes: i32) -> u32 {
     (config.fetch_bytes_cap(max_bytes) + config.message_max_bytes).min(u32::MAX as usize) as u32
 }
 

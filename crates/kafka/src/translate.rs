@@ -80,6 +80,23 @@ fn whole_request_error(body: &Resp) -> Option<(i16, String)> {
     }
 }
 
+/// The partitions a request asked for, by topic: what a refusal of the whole
+/// request answers.
+type Asked = Vec<(String, Vec<i32>)>;
+
+/// Every partition of `asked` answered by `partition(index)`, grouped by
+/// `topic(name, partitions)`.
+fn answer_asked<T, P>(
+    asked: &Asked,
+    partition: impl Fn(i32) -> P,
+    topic: impl Fn(&str, Vec<P>) -> T,
+) -> Vec<T> {
+    asked
+        .iter()
+        .map(|(name, partitions)| topic(name, partitions.iter().map(|&i| partition(i)).collect()))
+        .collect()
+}
+
 /// Encodes `body` as `api`'s response at `version`; an empty frame (the
 /// connection is closed) if it cannot be, which is a bug logged here.
 fn encode<B: Encodable>(api: ApiKey, version: i16, correlation_id: i32, body: &B) -> Bytes {
@@ -190,7 +207,7 @@ fn metadata_topic(t: &pb::TopicMetadata, version: i16) -> MetadataResponseTopic 
 }
 
 fn produce(r: ProduceRequest, version: i16, cid: i32) -> Route {
-    let asked: Vec<(String, Vec<i32>)> = r
+    let asked: Asked = r
         .topic_data
         .iter()
         .map(|t| {
@@ -255,18 +272,16 @@ fn produce(r: ProduceRequest, version: i16, cid: i32) -> Route {
                 .collect(),
             other => {
                 let (code, message) = whole_request_error(&other).unwrap_or((-1, String::new()));
-                asked
-                    .iter()
-                    .map(|(name, partitions)| {
+                answer_asked(
+                    &asked,
+                    |i| partition(i, code, &message),
+                    |name, partitions| {
                         let mut topic = TopicProduceResponse::default();
                         topic.name = topic_name(name);
-                        topic.partition_responses = partitions
-                            .iter()
-                            .map(|&i| partition(i, code, &message))
-                            .collect();
+                        topic.partition_responses = partitions;
                         topic
-                    })
-                    .collect()
+                    },
+                )
             }
         };
         encode(ApiKey::Produce, version, cid, &out)
@@ -275,7 +290,7 @@ fn produce(r: ProduceRequest, version: i16, cid: i32) -> Route {
 }
 
 fn fetch(r: FetchRequest, version: i16, cid: i32) -> Route {
-    let asked: Vec<(String, Vec<i32>)> = r
+    let asked: Asked = r
         .topics
         .iter()
         .map(|t| {
@@ -348,24 +363,22 @@ fn fetch(r: FetchRequest, version: i16, cid: i32) -> Route {
             other => {
                 let code = whole_request_error(&other).map_or(-1, |(c, _)| c);
                 out.error_code = code;
-                out.responses = asked
-                    .iter()
-                    .map(|(name, partitions)| {
+                out.responses = answer_asked(
+                    &asked,
+                    |i| {
+                        let mut p = PartitionData::default();
+                        p.partition_index = i;
+                        p.error_code = code;
+                        p.aborted_transactions = None;
+                        p
+                    },
+                    |name, partitions| {
                         let mut topic = FetchableTopicResponse::default();
                         topic.topic = topic_name(name);
-                        topic.partitions = partitions
-                            .iter()
-                            .map(|&i| {
-                                let mut p = PartitionData::default();
-                                p.partition_index = i;
-                                p.error_code = code;
-                                p.aborted_transactions = None;
-                                p
-                            })
-                            .collect();
+                        topic.partitions = partitions;
                         topic
-                    })
-                    .collect();
+                    },
+                );
             }
         }
         encode(ApiKey::Fetch, version, cid, &out)
@@ -416,7 +429,7 @@ fn fetched(p: pb::PartitionData, version: i16) -> PartitionData {
 }
 
 fn list_offsets(r: ListOffsetsRequest, version: i16, cid: i32) -> Route {
-    let asked: Vec<(String, Vec<i32>)> = r
+    let asked: Asked = r
         .topics
         .iter()
         .map(|t| {
@@ -479,15 +492,16 @@ fn list_offsets(r: ListOffsetsRequest, version: i16, cid: i32) -> Route {
                 .collect(),
             other => {
                 let code = whole_request_error(&other).map_or(-1, |(c, _)| c);
-                asked
-                    .iter()
-                    .map(|(name, partitions)| {
+                answer_asked(
+                    &asked,
+                    |i| partition(i, code),
+                    |name, partitions| {
                         let mut topic = ListOffsetsTopicResponse::default();
                         topic.name = topic_name(name);
-                        topic.partitions = partitions.iter().map(|&i| partition(i, code)).collect();
+                        topic.partitions = partitions;
                         topic
-                    })
-                    .collect()
+                    },
+                )
             }
         };
         encode(ApiKey::ListOffsets, version, cid, &out)
@@ -496,7 +510,7 @@ fn list_offsets(r: ListOffsetsRequest, version: i16, cid: i32) -> Route {
 }
 
 fn offset_for_leader_epoch(r: OffsetForLeaderEpochRequest, version: i16, cid: i32) -> Route {
-    let asked: Vec<(String, Vec<i32>)> = r
+    let asked: Asked = r
         .topics
         .iter()
         .map(|t| {
@@ -555,15 +569,16 @@ fn offset_for_leader_epoch(r: OffsetForLeaderEpochRequest, version: i16, cid: i3
                 .collect(),
             other => {
                 let code = whole_request_error(&other).map_or(-1, |(c, _)| c);
-                asked
-                    .iter()
-                    .map(|(name, partitions)| {
+                answer_asked(
+                    &asked,
+                    |i| partition(i, code),
+                    |name, partitions| {
                         let mut topic = OffsetForLeaderTopicResult::default();
                         topic.topic = topic_name(name);
-                        topic.partitions = partitions.iter().map(|&i| partition(i, code)).collect();
+                        topic.partitions = partitions;
                         topic
-                    })
-                    .collect()
+                    },
+                )
             }
         };
         encode(ApiKey::OffsetForLeaderEpoch, version, cid, &out)

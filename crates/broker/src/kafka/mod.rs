@@ -18,15 +18,14 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::StreamExt;
 use syncline_proto::{frame, pb, API_VERSION};
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::Broker;
 use crate::net::BoxStream;
-use crate::server::{fetch_reservation, response_budget, ConnectionState, KafkaReply, Responder};
+use crate::server::{next_frame, ConnectionState, KafkaReply, RequestLimits, Responder};
 use syncline_kafka::codec;
 use syncline_kafka::translate::{self, Route};
 
@@ -66,22 +65,11 @@ pub(crate) async fn connection(
         }
     });
     let conn = ConnectionState::kafka(listener);
-    let in_flight = Arc::new(Semaphore::new(config.queued_max_requests));
-    let budget = response_budget(config);
-    let response_bytes = Arc::new(Semaphore::new(budget as usize));
+    let limits = RequestLimits::new(config);
     let mut frames = FramedRead::new(read_half, frame::codec(config.socket_request_max_bytes));
     loop {
-        let next = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            next = frames.next() => next,
-        };
-        let bytes = match next {
-            None => break,
-            Some(Ok(b)) => b.freeze(),
-            Some(Err(e)) => {
-                tracing::warn!(%peer, error = %e, "closing a Kafka connection: bad frame");
-                break;
-            }
+        let Some(bytes) = next_frame(&mut frames, &shutdown, &peer).await else {
+            break;
         };
         let frame_len = bytes.len();
         let decoded = match codec::decode(bytes) {
@@ -117,21 +105,8 @@ pub(crate) async fn connection(
             }
             Route::Broker { body, reply } => (body, reply),
         };
-        let permit = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            p = in_flight.clone().acquire_owned() => p.expect("semaphore is never closed"),
-        };
-        let reserved = match &body {
-            pb::request::Body::Fetch(f) => {
-                let want = fetch_reservation(config, f.max_bytes).min(budget);
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    p = response_bytes.clone().acquire_many_owned(want) => {
-                        Some(p.expect("semaphore is never closed"))
-                    }
-                }
-            }
-            _ => None,
+        let Some((permit, reserved)) = limits.admit(config, Some(&body), &shutdown).await else {
+            break;
         };
         let api = Some(broker.metrics().api(&body, frame_len));
         let (slot_tx, slot) = oneshot::channel();
