@@ -270,3 +270,49 @@ async fn an_expired_producer_is_unknown_and_starts_a_new_epoch() {
     );
     assert_eq!(values(&cluster, leader).await, ["e0-s0", "e0-s1", "e1-s0"]);
 }
+
+/// A restarted broker knows its producers again — from the producer-state
+/// snapshot a clean shutdown writes, and after a crash from the snapshots of
+/// its rolled segments and the batches after them — so a retry that arrives
+/// after the restart is answered with its first offsets, not written twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_after_a_clean_restart_and_after_a_crash_are_still_written_once() {
+    // Small segments: the log rolls, and so snapshots are taken, as it fills.
+    let mut cluster = Cluster::start(1, "segment_bytes = 1024\n").await;
+    create_topic(&cluster, TOPIC, 1, 1, 1);
+    wait_full_isr(&cluster, 1, TOPIC, WAIT).await;
+    let mut offset = 0;
+    for seq in 0..20 {
+        assert_eq!(
+            send(&cluster, 1, batch(0, seq * 3, 3)).await,
+            (ErrorCode::None, offset)
+        );
+        offset += 3;
+    }
+    for crash in [false, true] {
+        if !crash {
+            // SIGTERM: a controlled shutdown that closes the log.
+            cluster.stop(1, std::time::Duration::from_secs(20)).await;
+        }
+        // (After a stop it starts the broker again; else it SIGKILLs it first.)
+        cluster.restart(1);
+        wait_full_isr(&cluster, 1, TOPIC, WAIT).await;
+        // The last batch, and the one four batches back (the fifth kept).
+        let next = offset / 3;
+        for seq in [next - 1, next - 5] {
+            assert_eq!(
+                send(&cluster, 1, batch(0, seq as i32 * 3, 3)).await,
+                (ErrorCode::None, seq * 3),
+                "crash {crash}: batch {seq} again"
+            );
+        }
+        // The producer goes on where it was.
+        assert_eq!(
+            send(&cluster, 1, batch(0, next as i32 * 3, 3)).await,
+            (ErrorCode::None, offset),
+            "crash {crash}"
+        );
+        offset += 3;
+    }
+    assert_eq!(values(&cluster, 1).await.len(), offset as usize);
+}
