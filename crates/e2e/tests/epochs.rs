@@ -3,7 +3,10 @@
 //! election), each run twice: with the legacy rule, where the test asserts the
 //! damage happens (a checker that can never fail proves nothing), and with
 //! leader-epoch truncation, where it asserts there is none. Plus KIP-320 fencing of
-//! a zombie leader.
+//! a zombie leader, and an idempotent producer's state truncated with the log (a
+//! retry of a batch the truncation removed is written again; with the state left
+//! as it was, the same test sees the retry answered as a duplicate at an offset
+//! holding another record).
 //!
 //! In-process clusters with a fault-injecting network, so every step is an observed
 //! state rather than a race. Broker 1 hosts the controller; the partitions under
@@ -684,4 +687,86 @@ async fn zombie_leader_cannot_acknowledge_or_serve_the_new_epoch() {
         !present.contains(&"zombie-write".to_string()),
         "an unacknowledged zombie write survived"
     );
+}
+
+// --- producer state across a truncation ---
+
+/// An idempotent producer's batch of `n` records from `seq` (producer 77).
+fn idempotent_batch(seq: i32, n: usize) -> bytes::Bytes {
+    let mut b = syncline_proto::batch::BatchBuilder::new(1_700_000_000_000);
+    for i in 0..n {
+        let value = format!("s{}", seq as usize + i);
+        b.push(1_700_000_000_000, None, Some(value.as_bytes()), &[]);
+    }
+    b.set_producer(77, 0, seq);
+    b.finish()
+}
+
+/// A replica whose tail an unclean election discarded truncates its producer
+/// state with its log (KIP-101 for sequence numbers): the producer's batch it
+/// had alone is gone, so when it leads again a retry of that batch is written
+/// anew after what the other leader wrote — not answered as a duplicate at an
+/// offset that now holds another record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_truncated_tail_leaves_the_producer_state_and_a_retry_is_written_again() {
+    use syncline_e2e::client::produce_records;
+    let mut cluster = TestCluster::start_with(4, "", Options::default()).await;
+    cluster
+        .create_topic(
+            "pt",
+            6,
+            2,
+            &[
+                ("unclean.leader.election.enable", "true"),
+                ("min.insync.replicas", "1"),
+            ],
+        )
+        .await;
+    let (p, replicas) = partition_without_controller(&cluster, "pt", 6).await;
+    let (up, down) = (replicas[0], replicas[1]);
+    wait_leader(&cluster, "pt", p, up).await;
+    wait_for("both replicas in the ISR", WAIT, || async {
+        cluster.partition_metadata(1, "pt", p).await.isr.len() == 2
+    })
+    .await;
+    let code = |r: &pb::ProducePartitionResponse| ErrorCode::from_wire(r.error_code);
+    let conn = cluster.connect(up).await;
+    let r = produce_records(&conn, "pt", p, -1, idempotent_batch(0, 1))
+        .await
+        .unwrap();
+    assert_eq!((code(&r), r.base_offset), (ErrorCode::None, 0));
+    // Only `up` gets sequences 1-2.
+    cluster.stop(down).await;
+    let r = produce_records(&conn, "pt", p, 1, idempotent_batch(1, 2))
+        .await
+        .unwrap();
+    assert_eq!((code(&r), r.base_offset), (ErrorCode::None, 1));
+    // `down` leads alone (unclean) and takes another record at offset 1.
+    cluster.stop(up).await;
+    cluster.start_stopped(down).await;
+    wait_leader(&cluster, "pt", p, down).await;
+    let other = cluster.connect(down).await;
+    assert_eq!(send(&other, "pt", p, 1, "x").await.error_code, 0);
+    // `up` comes back, truncates its tail and follows.
+    cluster.start_stopped(up).await;
+    wait_for("up to catch up with down", WAIT, || async {
+        cluster
+            .try_replica(up, "pt", p)
+            .is_some_and(|r| !r.is_leader() && r.log_end_offset() == 2)
+    })
+    .await;
+    // `up` leads again (unclean once more) and gets the producer's retry.
+    cluster.stop(down).await;
+    wait_leader(&cluster, "pt", p, up).await;
+    let conn = cluster.connect(up).await;
+    let r = produce_records(&conn, "pt", p, 1, idempotent_batch(1, 2))
+        .await
+        .unwrap();
+    assert_eq!(
+        (code(&r), r.base_offset),
+        (ErrorCode::None, 2),
+        "written after x, not a duplicate at offset 1"
+    );
+    let log = values(&read_all(&conn, "pt", p, 0).await.unwrap());
+    assert_eq!(log, ["s0", "x", "s1", "s2"]);
 }
