@@ -42,26 +42,23 @@ pid_file() { echo "$RUN_DIR/broker-$1.pid"; }
 # The quoted value of `key` in broker N's config.
 config_value() { toml_value "$(config_file "$1")" "$2"; }
 
-# host:port a client uses for broker N: its first advertised listener (or its
-# listener), without a Kafka-style NAME:// prefix.
-client_address() {
+# Broker N's first address under key $2 (advertised), else under $3 (bound),
+# without a Kafka-style NAME:// prefix.
+first_listener() {
     local v
-    v=$(config_value "$1" advertised_listeners)
-    [ -n "$v" ] || v=$(config_value "$1" listeners)
+    v=$(config_value "$1" "$2")
+    [ -n "$v" ] || v=$(config_value "$1" "$3")
     v=${v%%,*}
     echo "${v#*://}"
 }
+
+# host:port a client uses for broker N.
+client_address() { first_listener "$1" advertised_listeners listeners; }
 
 metrics_address() { config_value "$1" metrics_listen; }
 
 # host:port Kafka's clients use for broker N (its first Kafka listener), if any.
-kafka_address() {
-    local v
-    v=$(config_value "$1" kafka_advertised_listeners)
-    [ -n "$v" ] || v=$(config_value "$1" kafka_listeners)
-    v=${v%%,*}
-    echo "${v#*://}"
-}
+kafka_address() { first_listener "$1" kafka_advertised_listeners kafka_listeners; }
 
 is_controller_in_config() { [[ "$(config_value "$1" process_roles)" == *controller* ]]; }
 

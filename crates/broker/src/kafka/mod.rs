@@ -33,6 +33,14 @@ use syncline_kafka::translate::{self, Route};
 /// the connection), with the fetch budget it holds until written.
 type Slot = oneshot::Receiver<(Bytes, Option<OwnedSemaphorePermit>)>;
 
+/// Queues a response the listener makes itself, in its place in the order;
+/// false if the writer is gone.
+fn answer_now(tx: &mpsc::UnboundedSender<Slot>, answer: Bytes) -> bool {
+    let (slot_tx, slot) = oneshot::channel();
+    let _ = slot_tx.send((answer, None));
+    tx.send(slot).is_ok()
+}
+
 /// Serves one connection of a Kafka listener.
 pub(crate) async fn connection(
     stream: BoxStream,
@@ -75,9 +83,7 @@ pub(crate) async fn connection(
         let decoded = match codec::decode(bytes) {
             Ok(d) => d,
             Err(codec::Refused::Answer(answer)) => {
-                let (slot_tx, slot) = oneshot::channel();
-                let _ = slot_tx.send((answer, None));
-                if tx.send(slot).is_err() {
+                if !answer_now(&tx, answer) {
                     break;
                 }
                 continue;
@@ -96,9 +102,7 @@ pub(crate) async fn connection(
             .unwrap_or_default();
         let (body, reply) = match translate::route(decoded) {
             Route::Answer(answer) => {
-                let (slot_tx, slot) = oneshot::channel();
-                let _ = slot_tx.send((answer, None));
-                if tx.send(slot).is_err() {
+                if !answer_now(&tx, answer) {
                     break;
                 }
                 continue;

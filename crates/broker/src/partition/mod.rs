@@ -770,12 +770,9 @@ impl Partition {
     /// DescribeTopics' leader view; None when not leader.
     pub fn describe(&self, now: Instant) -> Option<pb::PartitionDescription> {
         let core = self.core.lock();
-        let (log_start, producers) = {
-            let log = self.log.read();
-            (log.log_start_offset(), log.producer_states().len())
-        };
+        let log_start = self.log.read().log_start_offset();
         let mut description = core.describe(self.tp.partition, log_start, now)?;
-        description.producer_count = i32::try_from(producers).unwrap_or(i32::MAX);
+        description.producer_count = i32::try_from(self.producer_count()).unwrap_or(i32::MAX);
         Some(description)
     }
 }
