@@ -368,10 +368,13 @@ impl DelayedOperation for DelayedProduce {
                 None => p.partition.check_produce(p.required_offset, p.append_epoch),
             };
             let out = &mut response.topics[p.topic_index].partitions[p.partition_index];
+            out.replication_factor = p.replication_factor;
             let failed = match outcome {
-                ProduceCheck::Acked(isr) => {
+                ProduceCheck::Acked { isr, replicas } => {
                     out.error_code = ErrorCode::None as i32;
                     out.acked_isr = isr;
+                    // The replica set the acknowledgement is measured against.
+                    out.replication_factor = replicas;
                     None
                 }
                 ProduceCheck::Pending => Some(p.partition.expired_produce_error()),
@@ -384,7 +387,6 @@ impl DelayedOperation for DelayedProduce {
                     out.current_leader = Some(p.partition.current_leader());
                 }
             }
-            out.replication_factor = p.replication_factor;
         }
         drop(st);
         responder.send(pb::response::Body::Produce(response));

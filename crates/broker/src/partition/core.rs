@@ -170,8 +170,10 @@ impl Effects {
 pub enum ProduceCheck {
     /// The high watermark has not reached it yet.
     Pending,
-    /// Done: acknowledged by these replicas.
-    Acked(Vec<i32>),
+    /// Done: acknowledged by the replicas in `isr`, of the `replicas` the
+    /// partition had at that moment (a reassignment adds and removes replicas
+    /// while records wait, so the count is taken with the ISR, not at append).
+    Acked { isr: Vec<i32>, replicas: i32 },
     /// Done, with this error.
     Failed(ErrorCode),
 }
@@ -403,7 +405,10 @@ impl PartitionCore {
         } else if leader.is_under_min_isr() {
             ProduceCheck::Failed(ErrorCode::NotEnoughReplicasAfterAppend)
         } else {
-            ProduceCheck::Acked(leader.acked_isr(required_offset))
+            ProduceCheck::Acked {
+                isr: leader.acked_isr(required_offset),
+                replicas: i32::try_from(self.replicas.len()).unwrap_or(i32::MAX),
+            }
         }
     }
 
@@ -1091,7 +1096,14 @@ mod tests {
         let _ = l.on_follower_fetch(now, &fetch(2, 15, 20, 5));
         assert_eq!(l.high_watermark(), 15);
         let cases = [
-            (15, 5, ProduceCheck::Acked(vec![1, 2])),
+            (
+                15,
+                5,
+                ProduceCheck::Acked {
+                    isr: vec![1, 2],
+                    replicas: 3,
+                },
+            ),
             (16, 5, ProduceCheck::Pending),
             // Appended under another epoch: leadership moved away and back, the
             // records may have been truncated.
@@ -1105,6 +1117,18 @@ mod tests {
             );
         }
         assert_eq!(l.expired_produce_error(), ErrorCode::RequestTimedOut);
+        // A reassignment adds replica 4 while the records wait: the count is the
+        // replica set's at the acknowledgement, the one its ISR belongs to.
+        let mut grown = announce(Some(1), 5, 11, &[1, 2]);
+        grown.replicas = vec![1, 2, 3, 4];
+        let _ = l.on_leader_and_isr(&grown, config(2), BROKER_EPOCH, now);
+        assert_eq!(
+            l.check_produce(15, 5),
+            ProduceCheck::Acked {
+                isr: vec![1, 2],
+                replicas: 4
+            }
+        );
     }
 
     #[test]
