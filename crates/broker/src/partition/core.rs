@@ -170,10 +170,15 @@ impl Effects {
 pub enum ProduceCheck {
     /// The high watermark has not reached it yet.
     Pending,
-    /// Done: acknowledged by the replicas in `isr`, of the `replicas` the
-    /// partition had at that moment (a reassignment adds and removes replicas
-    /// while records wait, so the count is taken with the ISR, not at append).
-    Acked { isr: Vec<i32>, replicas: i32 },
+    /// Done, acknowledged.
+    Acked {
+        /// The ISR members that have the records.
+        isr: Vec<i32>,
+        /// The partition's replica count at that moment (a reassignment adds
+        /// and removes replicas while records wait, so it is taken with the
+        /// ISR, not at append).
+        replicas: i32,
+    },
     /// Done, with this error.
     Failed(ErrorCode),
 }
