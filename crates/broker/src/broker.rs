@@ -1,5 +1,6 @@
 //! A broker: its parts, how a request reaches the right one, and start/stop.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use crate::controller_client::{
 };
 use crate::controller_host::{self, ControllerHandle};
 use crate::fetcher::FetcherManager;
+use crate::groups::OFFSETS_TOPIC;
 use crate::metadata_cache::MetadataCache;
 use crate::metrics::{BrokerMetrics, PartitionLabel, MAX_PARTITION_SERIES};
 use crate::net::Network;
@@ -42,6 +44,7 @@ pub struct Broker {
     auth: Arc<BrokerAuth>,
     connections: Arc<crate::server::ConnectionLimits>,
     producer_ids: crate::producer_ids::ProducerIds,
+    groups: crate::groups::GroupManager,
 }
 
 impl Broker {
@@ -109,7 +112,38 @@ impl Broker {
             Body::ListOffsets(r) => responder.send(Resp::ListOffsets(self.rm.list_offsets(&r))),
             Body::Metadata(r) => {
                 let listener = responder.connection().listener.clone();
-                responder.send(Resp::Metadata(self.metadata.metadata(&r.topics, &listener)))
+                let unknown =
+                    if r.allow_auto_topic_creation && self.config.auto_create_topics_enable {
+                        self.metadata.unknown_topics(&r.topics)
+                    } else {
+                        vec![]
+                    };
+                if unknown.is_empty() {
+                    responder.send(Resp::Metadata(self.metadata.metadata(&r.topics, &listener)));
+                    return;
+                }
+                let broker = self.clone();
+                tokio::spawn(async move {
+                    let failed = broker.auto_create_topics(unknown).await;
+                    let mut answer = broker.metadata.metadata(&r.topics, &listener);
+                    for t in &mut answer.topics {
+                        if let Some(&code) = failed.get(&t.name) {
+                            t.error_code = code;
+                        }
+                    }
+                    responder.send(Resp::Metadata(answer));
+                });
+            }
+            Body::DescribeConfigs(r) => {
+                let metadata = &self.metadata;
+                let own = |topic: &str| {
+                    metadata
+                        .topic_id(topic)
+                        .map(|_| metadata.topic_configs(topic))
+                };
+                responder.send(Resp::DescribeConfigs(
+                    crate::describe_configs::describe_configs(&self.config, own, &r),
+                ))
             }
             Body::DescribeTopics(r) => {
                 responder.send(Resp::DescribeTopics(self.rm.describe_topics(&r.topics)))
@@ -124,7 +158,42 @@ impl Broker {
                 self.rm.offsets_for_leader_epoch(&r),
             )),
             Body::LeaderAndIsr(r) => {
-                responder.send(Resp::LeaderAndIsr(self.rm.apply_leader_and_isr(&r)))
+                let answer = self.rm.apply_leader_and_isr(&r);
+                self.groups
+                    .sync_leadership(&self.metadata.partition_ids(OFFSETS_TOPIC));
+                responder.send(Resp::LeaderAndIsr(answer))
+            }
+            body @ (Body::JoinGroup(_)
+            | Body::SyncGroup(_)
+            | Body::Heartbeat(_)
+            | Body::LeaveGroup(_)
+            | Body::OffsetCommit(_)
+            | Body::OffsetFetch(_)) => {
+                let partitions = self.metadata.partition_ids(OFFSETS_TOPIC).len();
+                self.groups
+                    .submit(body, partitions, &request.client_id, responder)
+            }
+            Body::FindCoordinator(r) => {
+                let broker = self.clone();
+                tokio::spawn(async move {
+                    let listener = responder.connection().listener.clone();
+                    let answer = broker.find_coordinator(&r, &listener).await;
+                    responder.send(Resp::FindCoordinator(answer));
+                });
+            }
+            Body::ListGroups(_) => {
+                let broker = self.clone();
+                tokio::spawn(async move {
+                    responder.send(Resp::ListGroups(broker.groups.list_groups().await));
+                });
+            }
+            Body::DescribeGroups(r) => {
+                let broker = self.clone();
+                tokio::spawn(async move {
+                    let partitions = broker.metadata.partition_ids(OFFSETS_TOPIC).len();
+                    let answer = broker.groups.describe_groups(r.group_ids, partitions).await;
+                    responder.send(Resp::DescribeGroups(answer));
+                });
             }
             Body::CreateTopics(r) => {
                 let broker = self.clone();
@@ -228,7 +297,148 @@ impl Broker {
 
     /// CreateTopics goes to the active controller (here, or forwarded); once
     /// committed, waits (bounded) until this broker knows the new leaders.
+    /// FindCoordinator: the leader of the `__consumer_offsets` partition the
+    /// group hashes to, as an endpoint of `listener`. The topic is created
+    /// when the first group asks.
+    async fn find_coordinator(
+        &self,
+        r: &pb::FindCoordinatorRequest,
+        listener: &str,
+    ) -> pb::FindCoordinatorResponse {
+        let refuse = |code: ErrorCode, message: String| pb::FindCoordinatorResponse {
+            error_code: code as i32,
+            error_message: message,
+            coordinator: None,
+        };
+        if r.key_type != 0 {
+            return refuse(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "key type {} is not served: syncline has group coordinators (0) only, \
+                     no transactions",
+                    r.key_type
+                ),
+            );
+        }
+        if r.key.is_empty() {
+            return refuse(ErrorCode::InvalidRequest, "the group id is empty".into());
+        }
+        let mut partitions = self.metadata.partition_ids(OFFSETS_TOPIC).len();
+        if partitions == 0 {
+            self.create_offsets_topic().await;
+            partitions = self.metadata.partition_ids(OFFSETS_TOPIC).len();
+        }
+        if partitions == 0 {
+            return refuse(
+                ErrorCode::CoordinatorNotAvailable,
+                format!("{OFFSETS_TOPIC} is not created yet"),
+            );
+        }
+        let p = syncline_group::partition_for(&r.key, partitions as u32) as i32;
+        let m = self
+            .metadata
+            .metadata(&[OFFSETS_TOPIC.to_string()], listener);
+        let leader = m
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .find(|part| part.partition == p)
+            .map_or(-1, |part| part.leader_id);
+        match m.brokers.into_iter().find(|b| b.node_id == leader) {
+            Some(endpoint) => pb::FindCoordinatorResponse {
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                coordinator: Some(endpoint),
+            },
+            None => refuse(
+                ErrorCode::CoordinatorNotAvailable,
+                format!("{OFFSETS_TOPIC}-{p} has no leader"),
+            ),
+        }
+    }
+
+    /// Creates `__consumer_offsets` with the groups' settings. Kept whatever its
+    /// age: syncline does not compact, and a group's last commit must outlive
+    /// any retention.
+    async fn create_offsets_topic(&self) {
+        let g = &self.config.groups;
+        let request = pb::CreateTopicsRequest {
+            topics: vec![pb::CreatableTopic {
+                name: OFFSETS_TOPIC.to_string(),
+                num_partitions: g.offsets_topic_num_partitions,
+                replication_factor: g.offsets_topic_replication_factor,
+                configs: [
+                    ("retention.ms", "-1"),
+                    ("retention.bytes", "-1"),
+                    ("segment.bytes", "104857600"),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            }],
+            timeout_ms: CREATE_TOPICS_PROPAGATION.as_millis() as i32,
+            validate_only: false,
+            forwarded: false,
+        };
+        match self.create_topics_answer(request).await {
+            pb::response::Body::CreateTopics(r) => {
+                for t in r.topics {
+                    if t.error_code != ErrorCode::None as i32
+                        && t.error_code != ErrorCode::TopicAlreadyExists as i32
+                    {
+                        tracing::warn!(error = %t.error_message, "cannot create {OFFSETS_TOPIC}");
+                    }
+                }
+            }
+            other => tracing::warn!(answer = ?other, "cannot create {OFFSETS_TOPIC}"),
+        }
+    }
+
+    /// Creates `names` with the defaults, as Kafka's brokers do for a client's
+    /// Metadata request (`auto_create_topics_enable`); the error codes of those
+    /// that could not be, for the Metadata answer (a topic created meanwhile by
+    /// another request is not an error).
+    async fn auto_create_topics(&self, names: Vec<String>) -> HashMap<String, i32> {
+        let request = pb::CreateTopicsRequest {
+            topics: names
+                .iter()
+                .map(|name| pb::CreatableTopic {
+                    name: name.clone(),
+                    num_partitions: -1,
+                    replication_factor: -1,
+                    configs: Default::default(),
+                })
+                .collect(),
+            timeout_ms: CREATE_TOPICS_PROPAGATION.as_millis() as i32,
+            validate_only: false,
+            forwarded: false,
+        };
+        match self.create_topics_answer(request).await {
+            pb::response::Body::CreateTopics(r) => r
+                .topics
+                .into_iter()
+                .filter(|t| {
+                    t.error_code != ErrorCode::None as i32
+                        && t.error_code != ErrorCode::TopicAlreadyExists as i32
+                })
+                .inspect(|t| tracing::info!(topic = %t.name, error = %t.error_message, "auto-creation refused"))
+                .map(|t| (t.name, t.error_code))
+                .collect(),
+            // No active controller: retriable, as Kafka answers while it creates.
+            _ => names
+                .into_iter()
+                .map(|n| (n, ErrorCode::LeaderNotAvailable as i32))
+                .collect(),
+        }
+    }
+
     async fn create_topics(&self, request: pb::CreateTopicsRequest, responder: Responder) {
+        responder.send(self.create_topics_answer(request).await);
+    }
+
+    /// CreateTopics through the active controller; a success is answered once
+    /// the new partitions have leaders here.
+    async fn create_topics_answer(&self, request: pb::CreateTopicsRequest) -> pb::response::Body {
         let forwarded = request.forwarded;
         let body = pb::request::Body::CreateTopics(pb::CreateTopicsRequest {
             forwarded: true,
@@ -247,9 +457,9 @@ impl Broker {
                         .wait_for_leaders(&created, CREATE_TOPICS_PROPAGATION)
                         .await;
                 }
-                responder.send(pb::response::Body::CreateTopics(r));
+                pb::response::Body::CreateTopics(r)
             }
-            other => responder.send(other),
+            other => other,
         }
     }
 
@@ -447,8 +657,9 @@ impl BrokerHandle {
         for t in self.tasks {
             let _ = t.await;
         }
-        // Nothing may touch a log once it is closed: stop the fetchers and the
-        // controller first.
+        // Nothing may touch a log once it is closed: stop the group
+        // coordinators, the fetchers and the controller first.
+        self.broker.groups.stop_all();
         self.broker.fetchers.stop().await;
         if let Some(c) = &self.broker.controller {
             c.join().await;
@@ -606,6 +817,11 @@ pub async fn start_on(
             metrics.connections.clone(),
         ),
         producer_ids: Default::default(),
+        groups: crate::groups::GroupManager::new(
+            config.groups.clone(),
+            rm.clone(),
+            config.inter_broker_listener_name.as_str().into(),
+        ),
     });
 
     let mut tasks = Vec::new();

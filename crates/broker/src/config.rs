@@ -266,6 +266,15 @@ struct RawConfig {
     fetch_max_bytes: Option<i64>,
     max_connections: Option<i64>,
     max_connections_per_ip: Option<i64>,
+    auto_create_topics_enable: Option<bool>,
+    offsets_topic_num_partitions: Option<i64>,
+    offsets_topic_replication_factor: Option<i64>,
+    offsets_retention_minutes: Option<i64>,
+    offset_metadata_max_bytes: Option<i64>,
+    group_min_session_timeout_ms: Option<i64>,
+    group_max_session_timeout_ms: Option<i64>,
+    group_initial_rebalance_delay_ms: Option<i64>,
+    group_max_size: Option<i64>,
 }
 
 /// A validated broker configuration.
@@ -479,6 +488,45 @@ pub struct BrokerConfig {
     /// would do (as with `truncation_rule`, nothing outside a test can select it).
     #[cfg(feature = "unauthenticated-internal-apis")]
     pub unauthenticated_internal_apis: bool,
+    /// A Metadata request of a Kafka client naming an unknown topic creates it
+    /// with `num_partitions` and `default_replication_factor` (Kafka's
+    /// `auto.create.topics.enable`). syncline's own clients never create topics
+    /// this way. Default true.
+    pub auto_create_topics_enable: bool,
+    /// Consumer groups: the group coordinators and the groups' committed
+    /// offsets, on the internal topic `__consumer_offsets`.
+    pub groups: GroupsConfig,
+}
+
+/// The consumer groups' settings (Kafka's `offsets.*` and `group.*` broker
+/// configs, each the key of the same name with underscores).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupsConfig {
+    /// Partitions of `__consumer_offsets` when it is created; a group lives on
+    /// the partition its id hashes to (Kafka's `offsets.topic.num.partitions`).
+    /// Default 50.
+    pub offsets_topic_num_partitions: i32,
+    /// Its replication factor (Kafka's `offsets.topic.replication.factor`); the
+    /// topic is created when the first group needs it, once that many brokers
+    /// are registered. Default 3.
+    pub offsets_topic_replication_factor: i32,
+    /// Committed offsets of an empty group are deleted this long after their
+    /// commit, in minutes (Kafka's `offsets.retention.minutes`). Default 10080.
+    pub offsets_retention_minutes: i64,
+    /// Longest metadata string of a committed offset, in bytes (Kafka's
+    /// `offset.metadata.max.bytes`). Default 4096.
+    pub offset_metadata_max_bytes: usize,
+    /// The shortest session timeout a member may ask for, in ms (Kafka's
+    /// `group.min.session.timeout.ms`; `group_max_session_timeout_ms` bounds
+    /// it from above). Default 6000.
+    pub group_min_session_timeout_ms: i32,
+    /// Default 1800000.
+    pub group_max_session_timeout_ms: i32,
+    /// An empty group's first rebalance waits this long, in ms, for more
+    /// members (Kafka's `group.initial.rebalance.delay.ms`). Default 3000.
+    pub group_initial_rebalance_delay_ms: i32,
+    /// Members a group may have (Kafka's `group.max.size`). Default 2147483647.
+    pub group_max_size: usize,
 }
 
 /// Which replica serves a consumer (KIP-392).
@@ -684,6 +732,29 @@ impl BrokerConfig {
         };
         let rack = raw.broker_rack.filter(|r| !r.is_empty());
 
+        let group_min_session_timeout_ms = in_range(
+            "group_min_session_timeout_ms",
+            raw.group_min_session_timeout_ms,
+            6000,
+            1,
+            i32::MAX as i64,
+        )?;
+        let group_max_session_timeout_ms = in_range(
+            "group_max_session_timeout_ms",
+            raw.group_max_session_timeout_ms,
+            1_800_000,
+            1,
+            i32::MAX as i64,
+        )?;
+        if group_max_session_timeout_ms < group_min_session_timeout_ms {
+            return Err(invalid(
+                "group_max_session_timeout_ms",
+                format!(
+                    "{group_max_session_timeout_ms} is below group_min_session_timeout_ms \
+                     ({group_min_session_timeout_ms})"
+                ),
+            ));
+        }
         let num_partitions = in_range(
             "num_partitions",
             raw.num_partitions.map(i64::from),
@@ -982,6 +1053,53 @@ impl BrokerConfig {
                 1,
                 i32::MAX as i64,
             )? as usize,
+            auto_create_topics_enable: raw.auto_create_topics_enable.unwrap_or(true),
+            groups: GroupsConfig {
+                offsets_topic_num_partitions: in_range(
+                    "offsets_topic_num_partitions",
+                    raw.offsets_topic_num_partitions,
+                    50,
+                    1,
+                    10_000,
+                )? as i32,
+                offsets_topic_replication_factor: in_range(
+                    "offsets_topic_replication_factor",
+                    raw.offsets_topic_replication_factor,
+                    3,
+                    1,
+                    i16::MAX as i64,
+                )? as i32,
+                offsets_retention_minutes: in_range(
+                    "offsets_retention_minutes",
+                    raw.offsets_retention_minutes,
+                    10_080,
+                    1,
+                    i32::MAX as i64,
+                )?,
+                offset_metadata_max_bytes: in_range(
+                    "offset_metadata_max_bytes",
+                    raw.offset_metadata_max_bytes,
+                    4096,
+                    0,
+                    i32::MAX as i64,
+                )? as usize,
+                group_min_session_timeout_ms: group_min_session_timeout_ms as i32,
+                group_max_session_timeout_ms: group_max_session_timeout_ms as i32,
+                group_initial_rebalance_delay_ms: in_range(
+                    "group_initial_rebalance_delay_ms",
+                    raw.group_initial_rebalance_delay_ms,
+                    3000,
+                    0,
+                    i32::MAX as i64,
+                )? as i32,
+                group_max_size: in_range(
+                    "group_max_size",
+                    raw.group_max_size,
+                    i32::MAX as i64,
+                    1,
+                    i32::MAX as i64,
+                )? as usize,
+            },
             fetch_max_bytes: in_range(
                 "fetch_max_bytes",
                 raw.fetch_max_bytes,

@@ -247,6 +247,31 @@ impl MetadataCache {
         (!rack.is_empty()).then(|| rack.clone())
     }
 
+    /// The partitions of a topic (none when unknown or being deleted).
+    pub(crate) fn partition_ids(&self, topic: &str) -> Vec<i32> {
+        self.image
+            .read()
+            .topics
+            .get(topic)
+            .map(|t| t.partitions.keys().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// The topics of `topics` that do not exist (or are being deleted), with
+    /// valid names: what auto-creation would create.
+    pub(crate) fn unknown_topics(&self, topics: &[String]) -> Vec<String> {
+        let image = self.image.read();
+        let mut unknown: Vec<String> = topics
+            .iter()
+            .filter(|t| image.topics.get(*t).is_none_or(|t| t.partitions.is_empty()))
+            .filter(|t| syncline_proto::validate_topic_name(t).is_ok())
+            .cloned()
+            .collect();
+        unknown.sort();
+        unknown.dedup();
+        unknown
+    }
+
     /// A topic's configs (empty when unknown).
     pub(crate) fn topic_configs(&self, topic: &str) -> HashMap<String, String> {
         self.image

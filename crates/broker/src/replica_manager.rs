@@ -200,6 +200,7 @@ impl ReplicaManager {
     pub(crate) fn handle_produce(&self, req: pb::ProduceRequest, responder: Responder) {
         let acks = req.acks;
         let acks_valid = matches!(acks, 0 | 1 | ACKS_ALL);
+        let internal = responder.connection().internal;
         let now_ms = wall_clock_ms();
         let mut pending = Vec::new();
         let mut response = pb::ProduceResponse {
@@ -219,10 +220,13 @@ impl ReplicaManager {
                     log_start_offset: -1,
                     ..Default::default()
                 };
-                let result = if acks_valid {
-                    self.append_one(&topic.name, p, acks, now_ms)
-                } else {
+                let result = if !acks_valid {
                     Err((ErrorCode::InvalidRequiredAcks, None))
+                } else if topic.name == crate::groups::OFFSETS_TOPIC && !internal {
+                    // The group coordinators' state: only they write it.
+                    Err((ErrorCode::InvalidTopicException, None))
+                } else {
+                    self.append_one(&topic.name, p, acks, now_ms)
                 };
                 match result {
                     Ok((partition, append, effects)) => {

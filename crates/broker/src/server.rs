@@ -46,17 +46,24 @@ pub(crate) struct ConnectionState {
     pending: Mutex<Vec<PendingOp>>,
     /// Who authenticated on it (set once, by the SASL exchange).
     principal: OnceLock<Principal>,
+    /// The client's address.
+    pub peer: Arc<str>,
+    /// The broker's own requests (the group coordinators' appends): the only
+    /// ones that may write to internal topics.
+    pub internal: bool,
 }
 
 impl ConnectionState {
     /// The state of a Kafka listener's connection (anonymous; responses go
     /// through each request's own slot).
-    pub(crate) fn kafka(listener: Arc<str>) -> Arc<ConnectionState> {
+    pub(crate) fn kafka(listener: Arc<str>, peer: &str) -> Arc<ConnectionState> {
         Arc::new(ConnectionState {
             listener,
+            peer: peer.into(),
             tx: None,
             pending: Mutex::new(Vec::new()),
             principal: OnceLock::new(),
+            internal: false,
         })
     }
 
@@ -92,11 +99,15 @@ pub(crate) struct Responder {
     correlation_id: i32,
     api: Option<Arc<ApiMetrics>>,
     started: Instant,
-    _permit: OwnedSemaphorePermit,
+    /// Its place among the connection's requests in flight (none for the
+    /// broker's own requests).
+    _permit: Option<OwnedSemaphorePermit>,
     /// The response bytes reserved for it (fetches): released once written.
     reserved: Option<OwnedSemaphorePermit>,
     /// Where the response goes when the request came on a Kafka listener.
     kafka: Option<KafkaReply>,
+    /// Where the response goes when the broker asked itself.
+    internal: Option<tokio::sync::oneshot::Sender<pb::response::Body>>,
 }
 
 /// A Kafka listener's request: how its syncline response becomes the Kafka
@@ -132,14 +143,49 @@ impl Responder {
             correlation_id: 0,
             api,
             started: Instant::now(),
-            _permit: permit,
+            _permit: Some(permit),
             reserved,
             kafka: Some(reply),
+            internal: None,
         }
+    }
+
+    /// A responder for a request the broker makes of itself: the answer comes
+    /// back on the receiver. Its connection is `internal`.
+    pub(crate) fn internal(
+        listener: Arc<str>,
+    ) -> (
+        Responder,
+        tokio::sync::oneshot::Receiver<pb::response::Body>,
+    ) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let conn = Arc::new(ConnectionState {
+            listener,
+            peer: "this broker".into(),
+            tx: None,
+            pending: Mutex::new(Vec::new()),
+            principal: OnceLock::new(),
+            internal: true,
+        });
+        let responder = Responder {
+            conn,
+            correlation_id: 0,
+            api: None,
+            started: Instant::now(),
+            _permit: None,
+            reserved: None,
+            kafka: None,
+            internal: Some(tx),
+        };
+        (responder, rx)
     }
 
     /// Sends the response.
     pub(crate) fn send(mut self, body: pb::response::Body) {
+        if let Some(tx) = self.internal.take() {
+            let _ = tx.send(body);
+            return;
+        }
         if let Some(reply) = self.kafka.take() {
             let bytes = (reply.translate)(body);
             if let Some(api) = &self.api {
@@ -240,9 +286,11 @@ async fn connection(
     let (tx, mut rx) = mpsc::unbounded_channel::<(Bytes, Option<OwnedSemaphorePermit>)>();
     let conn = Arc::new(ConnectionState {
         listener,
+        peer: peer.as_str().into(),
         tx: Some(tx),
         pending: Mutex::new(Vec::new()),
         principal: OnceLock::new(),
+        internal: false,
     });
     let writer = tokio::spawn(async move {
         let mut write_half = write_half;
@@ -298,9 +346,10 @@ async fn connection(
             correlation_id: request.correlation_id,
             api,
             started: Instant::now(),
-            _permit: permit,
+            _permit: Some(permit),
             reserved,
             kafka: None,
+            internal: None,
         };
         if let Some(
             body @ (pb::request::Body::SaslHandshake(_) | pb::request::Body::SaslAuthenticate(_)),

@@ -34,6 +34,10 @@ pub(crate) enum Command {
     /// Describe the cluster, or wait until it is ready.
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// List consumer groups, or describe one: members, partitions, committed
+    /// offsets and lag.
+    #[command(subcommand)]
+    Group(crate::group::GroupCommand),
     /// Every broker's replication health from its Prometheus endpoint: ISR
     /// shrinks/expands (totals and rates), under-replicated and under-min-ISR
     /// partitions, offline partitions, fetcher lag.

@@ -8,6 +8,7 @@ mod cluster;
 mod consume;
 mod errors;
 mod fields;
+mod group;
 mod metrics;
 mod output;
 mod perf;
@@ -57,6 +58,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Produce(args) => produce::run(args, bootstrap).await,
         Command::Consume(args) => consume::run(args, bootstrap).await,
         Command::Cluster(command) => cluster::run(command, bootstrap).await,
+        Command::Group(command) => group::run(command, bootstrap).await,
         Command::Metrics(args) => metrics::run(args, bootstrap).await,
         Command::Perf(command) => perf::run(command, bootstrap).await,
     }

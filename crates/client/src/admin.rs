@@ -238,6 +238,10 @@ impl Admin {
         })
     }
 
+    pub(crate) fn cluster(&self) -> &Arc<Cluster> {
+        &self.cluster
+    }
+
     /// Creates topics. Returns one result per topic, in the order given; a topic
     /// error names its code (`TOPIC_ALREADY_EXISTS`, `INVALID_REPLICATION_FACTOR`,
     /// `INVALID_CONFIG`, ...). Retriable per-topic errors (e.g. `NOT_CONTROLLER`

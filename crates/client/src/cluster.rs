@@ -179,13 +179,20 @@ impl Cluster {
             })?
     }
 
-    /// Sends to a broker by id.
+    /// Sends to a broker by id (the metadata is refreshed first if it does not
+    /// know the broker yet: a coordinator another broker named, say).
     pub(crate) async fn send_to(
         &self,
         broker: i32,
         body: pb::request::Body,
     ) -> Result<pb::response::Body, ClientError> {
-        let conn = self.broker_connection(broker).await?;
+        let conn = match self.broker_connection(broker).await {
+            Err(ClientError::UnknownBroker(_)) => {
+                self.refresh_metadata(vec![]).await?;
+                self.broker_connection(broker).await?
+            }
+            other => other?,
+        };
         self.send_on(&conn, body).await
     }
 
@@ -210,7 +217,10 @@ impl Cluster {
         topics: Vec<String>,
     ) -> Result<pb::MetadataResponse, ClientError> {
         let body = self
-            .send_any(pb::request::Body::Metadata(pb::MetadataRequest { topics }))
+            .send_any(pb::request::Body::Metadata(pb::MetadataRequest {
+                topics,
+                ..Default::default()
+            }))
             .await?;
         let response = expect_body!(body, Metadata)?;
         self.with_metadata_mut(|m| m.update(&response, Instant::now()));
@@ -291,7 +301,7 @@ mod tests {
         config.request_timeout_ms = 1_000;
         let (cluster, mut peer) = crate::testing::cluster_with_peer(config, 1);
         let conn = cluster.broker_connection(1).await.unwrap();
-        let body = pb::request::Body::Metadata(pb::MetadataRequest { topics: vec![] });
+        let body = pb::request::Body::Metadata(pb::MetadataRequest::default());
         // The peer takes the request and never answers: a frozen broker.
         let (result, _request) = tokio::join!(cluster.send_on(&conn, body), peer.recv());
         assert!(

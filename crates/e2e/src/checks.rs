@@ -89,6 +89,7 @@ pub async fn topic_metadata(
         &cluster.node(via).addr(),
         Body::Metadata(pb::MetadataRequest {
             topics: vec![topic.into()],
+            ..Default::default()
         }),
     )
     .await?

@@ -281,6 +281,7 @@ impl TestCluster {
         let Resp::Metadata(m) = conn
             .send(Body::Metadata(pb::MetadataRequest {
                 topics: vec![topic.into()],
+                ..Default::default()
             }))
             .await
             .unwrap()

@@ -9,6 +9,7 @@ pub mod checks;
 pub mod client;
 pub mod faults;
 pub mod inprocess;
+pub mod kcat;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -414,6 +415,7 @@ impl Cluster {
                 via,
                 Body::Metadata(pb::MetadataRequest {
                     topics: vec![topic.into()],
+                    ..Default::default()
                 }),
             )
             .await?

@@ -440,6 +440,7 @@ async fn kip279_bouncing_follower_then_leader_under_load_loses_nothing() {
                 let Ok(Resp::Metadata(m)) = probe
                     .send(Body::Metadata(pb::MetadataRequest {
                         topics: vec!["k279".into()],
+                        ..Default::default()
                     }))
                     .await
                 else {

@@ -5,65 +5,18 @@
 //! connection and harm nothing.
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
 use syncline_e2e::checks::*;
 use syncline_e2e::client::read_all;
+use syncline_e2e::kcat::{finish_kcat, kcat, spawn_kcat};
 use syncline_e2e::Cluster;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::{Child, Command};
+
 use tokio::time::Instant;
 
 const TOPIC: &str = "kcat";
-/// Bound on one kcat run (it is a few seconds at most).
-const KCAT_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Starts kcat with `args`, its stdin piped when `stdin`; killed when dropped.
-fn spawn_kcat(args: &[&str], stdin: bool) -> Child {
-    Command::new("kcat")
-        .args(args)
-        .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("kcat is installed by scripts/test.sh")
-}
-
-/// Waits (within the bound) for kcat to exit; checks it succeeded and reported
-/// no failed delivery, and when `quiet` no error at all (a run across a broker
-/// kill reports the lost connection); its stdout.
-async fn finish_kcat(child: Child, args: &[&str], quiet: bool) -> String {
-    let out = tokio::time::timeout(KCAT_TIMEOUT, child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("kcat {args:?} did not finish within {KCAT_TIMEOUT:?}"))
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "kcat {args:?} failed: {stderr}");
-    assert!(
-        !stderr.contains("Delivery failed"),
-        "kcat {args:?}: {stderr}"
-    );
-    assert!(
-        !quiet || !stderr.contains("ERROR"),
-        "kcat {args:?}: {stderr}"
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// Runs kcat with `args` (and `stdin`, fed while its output is read); its stdout.
-async fn kcat(args: &[&str], stdin: Option<String>) -> String {
-    let mut child = spawn_kcat(args, stdin.is_some());
-    if let Some(input) = stdin {
-        let mut pipe = child.stdin.take().expect("piped");
-        tokio::spawn(async move {
-            let _ = pipe.write_all(input.as_bytes()).await;
-        });
-    }
-    finish_kcat(child, args, true).await
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kcat_lists_produces_and_consumes_through_the_kafka_listeners() {

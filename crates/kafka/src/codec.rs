@@ -4,9 +4,12 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, FetchRequest, InitProducerIdRequest,
-    ListOffsetsRequest, MetadataRequest, OffsetForLeaderEpochRequest, ProduceRequest,
-    RequestHeader, ResponseHeader,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreateTopicsRequest, DeleteTopicsRequest,
+    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, FetchRequest,
+    FindCoordinatorRequest, HeartbeatRequest, InitProducerIdRequest, JoinGroupRequest,
+    LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
+    OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader, ResponseHeader,
+    SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -27,6 +30,19 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::CreateTopics, 2, 5),
+    (ApiKey::DeleteTopics, 1, 4),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::FindCoordinator, 0, 3),
+    (ApiKey::JoinGroup, 0, 5),
+    (ApiKey::SyncGroup, 0, 3),
+    (ApiKey::Heartbeat, 0, 3),
+    (ApiKey::LeaveGroup, 0, 3),
+    (ApiKey::OffsetCommit, 2, 8),
+    (ApiKey::OffsetFetch, 1, 7),
+    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::DescribeGroups, 0, 5),
 ];
 
 /// The versions of Produce this listener decodes (see [`SUPPORTED`]).
@@ -42,6 +58,19 @@ pub enum KafkaRequest {
     ListOffsets(ListOffsetsRequest),
     OffsetForLeaderEpoch(OffsetForLeaderEpochRequest),
     InitProducerId(InitProducerIdRequest),
+    CreateTopics(CreateTopicsRequest),
+    DeleteTopics(DeleteTopicsRequest),
+    DescribeConfigs(DescribeConfigsRequest),
+    DescribeCluster(DescribeClusterRequest),
+    FindCoordinator(FindCoordinatorRequest),
+    JoinGroup(JoinGroupRequest),
+    SyncGroup(SyncGroupRequest),
+    Heartbeat(HeartbeatRequest),
+    LeaveGroup(LeaveGroupRequest),
+    OffsetCommit(OffsetCommitRequest),
+    OffsetFetch(OffsetFetchRequest),
+    ListGroups(ListGroupsRequest),
+    DescribeGroups(DescribeGroupsRequest),
 }
 
 /// A request frame, decoded.
@@ -122,6 +151,45 @@ pub fn decode(frame: Bytes) -> Result<Decoded, Refused> {
         ),
         ApiKey::InitProducerId => KafkaRequest::InitProducerId(
             InitProducerIdRequest::decode(&mut buf, version).map_err(bad)?,
+        ),
+        ApiKey::CreateTopics => {
+            KafkaRequest::CreateTopics(CreateTopicsRequest::decode(&mut buf, version).map_err(bad)?)
+        }
+        ApiKey::DeleteTopics => {
+            KafkaRequest::DeleteTopics(DeleteTopicsRequest::decode(&mut buf, version).map_err(bad)?)
+        }
+        ApiKey::DescribeConfigs => KafkaRequest::DescribeConfigs(
+            DescribeConfigsRequest::decode(&mut buf, version).map_err(bad)?,
+        ),
+        ApiKey::DescribeCluster => KafkaRequest::DescribeCluster(
+            DescribeClusterRequest::decode(&mut buf, version).map_err(bad)?,
+        ),
+        ApiKey::FindCoordinator => KafkaRequest::FindCoordinator(
+            FindCoordinatorRequest::decode(&mut buf, version).map_err(bad)?,
+        ),
+        ApiKey::JoinGroup => {
+            KafkaRequest::JoinGroup(JoinGroupRequest::decode(&mut buf, version).map_err(bad)?)
+        }
+        ApiKey::SyncGroup => {
+            KafkaRequest::SyncGroup(SyncGroupRequest::decode(&mut buf, version).map_err(bad)?)
+        }
+        ApiKey::Heartbeat => {
+            KafkaRequest::Heartbeat(HeartbeatRequest::decode(&mut buf, version).map_err(bad)?)
+        }
+        ApiKey::LeaveGroup => {
+            KafkaRequest::LeaveGroup(LeaveGroupRequest::decode(&mut buf, version).map_err(bad)?)
+        }
+        ApiKey::OffsetCommit => {
+            KafkaRequest::OffsetCommit(OffsetCommitRequest::decode(&mut buf, version).map_err(bad)?)
+        }
+        ApiKey::OffsetFetch => {
+            KafkaRequest::OffsetFetch(OffsetFetchRequest::decode(&mut buf, version).map_err(bad)?)
+        }
+        ApiKey::ListGroups => {
+            KafkaRequest::ListGroups(ListGroupsRequest::decode(&mut buf, version).map_err(bad)?)
+        }
+        ApiKey::DescribeGroups => KafkaRequest::DescribeGroups(
+            DescribeGroupsRequest::decode(&mut buf, version).map_err(bad)?,
         ),
         other => return Err(Refused::Close(format!("{other:?} is not served"))),
     };

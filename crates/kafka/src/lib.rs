@@ -9,7 +9,9 @@
 //! Pure: the broker's `kafka` module owns the connections, and the fuzz target
 //! drives [`answer_refused`] with arbitrary frames.
 
+mod admin;
 pub mod codec;
+mod groups;
 pub mod translate;
 
 use bytes::Bytes;

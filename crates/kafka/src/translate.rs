@@ -34,6 +34,7 @@ use syncline_proto::pb;
 use syncline_proto::pb::response::Body as Resp;
 
 use super::codec::{api_versions, encode_response, Decoded, KafkaRequest};
+use super::{admin, groups};
 
 /// Turns the syncline response into the Kafka response frame.
 pub type Reply = Box<dyn FnOnce(Resp) -> Bytes + Send>;
@@ -58,11 +59,11 @@ impl std::fmt::Debug for Route {
     }
 }
 
-fn text(s: &str) -> StrBytes {
+pub(crate) fn text(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
 }
 
-fn topic_name(s: &str) -> TopicName {
+pub(crate) fn topic_name(s: &str) -> TopicName {
     TopicName(text(s))
 }
 
@@ -73,7 +74,7 @@ fn epoch(e: i32) -> Option<i32> {
 
 /// The error code of a response that answers the whole request with an error
 /// (`Resp::Error`: refused, or not understood), else None.
-fn whole_request_error(body: &Resp) -> Option<(i16, String)> {
+pub(crate) fn whole_request_error(body: &Resp) -> Option<(i16, String)> {
     match body {
         Resp::Error(e) => Some((e.error_code as i16, e.error_message.clone())),
         _ => None,
@@ -99,7 +100,12 @@ fn answer_asked<T, P>(
 
 /// Encodes `body` as `api`'s response at `version`; an empty frame (the
 /// connection is closed) if it cannot be, which is a bug logged here.
-fn encode<B: Encodable>(api: ApiKey, version: i16, correlation_id: i32, body: &B) -> Bytes {
+pub(crate) fn encode<B: Encodable>(
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &B,
+) -> Bytes {
     encode_response(api, version, correlation_id, body).unwrap_or_else(|e| {
         tracing::error!(error = %e, "closing a Kafka connection");
         Bytes::new()
@@ -119,6 +125,19 @@ pub fn route(d: Decoded) -> Route {
         KafkaRequest::ListOffsets(r) => list_offsets(r, version, cid),
         KafkaRequest::OffsetForLeaderEpoch(r) => offset_for_leader_epoch(r, version, cid),
         KafkaRequest::InitProducerId(r) => init_producer_id(r, version, cid),
+        KafkaRequest::CreateTopics(r) => admin::create_topics(r, version, cid),
+        KafkaRequest::DeleteTopics(r) => admin::delete_topics(r, version, cid),
+        KafkaRequest::DescribeConfigs(r) => admin::describe_configs(r, version, cid),
+        KafkaRequest::DescribeCluster(r) => admin::describe_cluster(r, version, cid),
+        KafkaRequest::FindCoordinator(r) => groups::find_coordinator(r, version, cid),
+        KafkaRequest::JoinGroup(r) => groups::join_group(r, version, cid),
+        KafkaRequest::SyncGroup(r) => groups::sync_group(r, version, cid),
+        KafkaRequest::Heartbeat(r) => groups::heartbeat(r, version, cid),
+        KafkaRequest::LeaveGroup(r) => groups::leave_group(r, version, cid),
+        KafkaRequest::OffsetCommit(r) => groups::offset_commit(r, version, cid),
+        KafkaRequest::OffsetFetch(r) => groups::offset_fetch(r, version, cid),
+        KafkaRequest::ListGroups(r) => groups::list_groups(r, version, cid),
+        KafkaRequest::DescribeGroups(r) => groups::describe_groups(r, version, cid),
     }
 }
 
@@ -132,6 +151,8 @@ fn metadata(r: MetadataRequest, version: i16, cid: i32) -> Route {
     });
     let body = pb::request::Body::Metadata(pb::MetadataRequest {
         topics: names.clone().unwrap_or_default(),
+        // Before v4 a Metadata request could not say; Kafka's brokers create.
+        allow_auto_topic_creation: version < 4 || r.allow_auto_topic_creation,
     });
     let reply: Reply = Box::new(move |resp| {
         let mut out = MetadataResponse::default();
@@ -616,28 +637,32 @@ fn init_producer_id(r: InitProducerIdRequest, version: i16, cid: i32) -> Route {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::codec::{decode, tests::frame, SUPPORTED};
     use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
     use kafka_protocol::messages::ResponseHeader;
     use kafka_protocol::protocol::Decodable;
 
-    fn versions(api: ApiKey) -> std::ops::RangeInclusive<i16> {
+    pub(crate) fn versions(api: ApiKey) -> std::ops::RangeInclusive<i16> {
         let &(_, min, max) = SUPPORTED.iter().find(|(a, _, _)| *a == api).unwrap();
         // Produce below 3 is advertised, not decoded.
         (if api == ApiKey::Produce { 3 } else { min })..=max
     }
 
     /// Routes a request through the codec; the syncline body and the reply.
-    fn through<R: Encodable>(api: ApiKey, version: i16, request: &R) -> (pb::request::Body, Reply) {
+    pub(crate) fn through<R: Encodable>(
+        api: ApiKey,
+        version: i16,
+        request: &R,
+    ) -> (pb::request::Body, Reply) {
         match route(decode(frame(api, version, 77, request)).unwrap()) {
             Route::Broker { body, reply } => (body, reply),
             Route::Answer(_) => panic!("{api:?} is served by the broker"),
         }
     }
 
-    fn response<R: Decodable>(api: ApiKey, version: i16, bytes: Bytes) -> R {
+    pub(crate) fn response<R: Decodable>(api: ApiKey, version: i16, bytes: Bytes) -> R {
         assert!(!bytes.is_empty(), "{api:?} v{version} did not encode");
         let mut buf = bytes;
         let header =
@@ -646,7 +671,7 @@ mod tests {
         R::decode(&mut buf, version).unwrap()
     }
 
-    fn refused() -> Resp {
+    pub(crate) fn refused() -> Resp {
         Resp::Error(pb::ErrorResponse {
             error_code: 31,
             error_message: "cluster authorization failed".into(),
@@ -796,7 +821,10 @@ mod tests {
             let (body, reply) = through(ApiKey::Metadata, version, &all);
             assert_eq!(
                 body,
-                pb::request::Body::Metadata(pb::MetadataRequest { topics: vec![] })
+                pb::request::Body::Metadata(pb::MetadataRequest {
+                    topics: vec![],
+                    allow_auto_topic_creation: true,
+                })
             );
             let r: MetadataResponse = response(ApiKey::Metadata, version, reply(answer()));
             assert_eq!((r.brokers[0].node_id.0, r.brokers[0].port), (2, 29093));
@@ -820,9 +848,19 @@ mod tests {
             assert_eq!(
                 body,
                 pb::request::Body::Metadata(pb::MetadataRequest {
-                    topics: vec!["orders".into()]
+                    topics: vec!["orders".into()],
+                    allow_auto_topic_creation: true,
                 })
             );
+            // Before v4 the field is not on the wire (Kafka's brokers create).
+            if version >= 4 {
+                one.allow_auto_topic_creation = false;
+                let (body, _) = through(ApiKey::Metadata, version, &one);
+                let pb::request::Body::Metadata(m) = body else {
+                    panic!()
+                };
+                assert!(!m.allow_auto_topic_creation, "v{version}");
+            }
         }
     }
 

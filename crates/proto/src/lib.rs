@@ -61,6 +61,9 @@ impl ErrorCode {
                 | ErrorCode::OffsetNotAvailable
                 | ErrorCode::NotController
                 | ErrorCode::StorageError
+                | ErrorCode::CoordinatorLoadInProgress
+                | ErrorCode::CoordinatorNotAvailable
+                | ErrorCode::NotCoordinator
         )
     }
 
@@ -132,11 +135,21 @@ pub fn api_name(body: &pb::request::Body) -> &'static str {
         Body::DeleteTopics(_) => "DeleteTopics",
         Body::SaslHandshake(_) => "SaslHandshake",
         Body::SaslAuthenticate(_) => "SaslAuthenticate",
+        Body::DescribeConfigs(_) => "DescribeConfigs",
+        Body::FindCoordinator(_) => "FindCoordinator",
+        Body::JoinGroup(_) => "JoinGroup",
+        Body::SyncGroup(_) => "SyncGroup",
+        Body::Heartbeat(_) => "Heartbeat",
+        Body::LeaveGroup(_) => "LeaveGroup",
+        Body::OffsetCommit(_) => "OffsetCommit",
+        Body::OffsetFetch(_) => "OffsetFetch",
+        Body::ListGroups(_) => "ListGroups",
+        Body::DescribeGroups(_) => "DescribeGroups",
     }
 }
 
 /// Every API name, in key order (for pre-registering metrics).
-pub const API_NAMES: [&str; 22] = [
+pub const API_NAMES: [&str; 32] = [
     "Produce",
     "Fetch",
     "ListOffsets",
@@ -159,4 +172,14 @@ pub const API_NAMES: [&str; 22] = [
     "SaslAuthenticate",
     "InitProducerId",
     "AllocateProducerIds",
+    "DescribeConfigs",
+    "FindCoordinator",
+    "JoinGroup",
+    "SyncGroup",
+    "Heartbeat",
+    "LeaveGroup",
+    "OffsetCommit",
+    "OffsetFetch",
+    "ListGroups",
+    "DescribeGroups",
 ];

@@ -72,7 +72,7 @@ pub(crate) async fn connection(
             drop(reserved);
         }
     });
-    let conn = ConnectionState::kafka(listener);
+    let conn = ConnectionState::kafka(listener, &peer);
     let limits = RequestLimits::new(config);
     let mut frames = FramedRead::new(read_half, frame::codec(config.socket_request_max_bytes));
     loop {

@@ -434,6 +434,38 @@ impl Partition {
         })
     }
 
+    /// The leader reading its own log up to its log end, in `leader_epoch`
+    /// (a group coordinator loading its state: what the last leader appended
+    /// survives in the new leader's log, committed or about to be).
+    pub fn read_as_leader(
+        &self,
+        fetch_offset: i64,
+        max_bytes: usize,
+        leader_epoch: i32,
+    ) -> Result<Bytes, ErrorCode> {
+        {
+            let core = self.core.lock();
+            if !core.is_leader() {
+                return Err(ErrorCode::NotLeaderOrFollower);
+            }
+            if core.leader_epoch() != leader_epoch {
+                return Err(ErrorCode::FencedLeaderEpoch);
+            }
+        }
+        let log = self.log.read();
+        let (start, leo) = (log.log_start_offset(), log.log_end_offset());
+        if fetch_offset < start || fetch_offset > leo {
+            return Err(ErrorCode::OffsetOutOfRange);
+        }
+        if fetch_offset == leo {
+            return Ok(Bytes::new());
+        }
+        Ok(log
+            .read(fetch_offset, max_bytes, leo, true)
+            .map_err(storage)?
+            .records)
+    }
+
     /// The replica a consumer in `client_rack` should read from instead of this
     /// leader (KIP-392). None when not leader or nothing better.
     pub fn preferred_read_replica(
