@@ -222,6 +222,10 @@ pub(crate) struct ProduceArgs {
     /// the ISR at the time).
     #[arg(long)]
     pub(crate) print_metadata: bool,
+    /// Any producer setting by Kafka's name, e.g. `linger.ms=20` (Kafka's
+    /// console producer flag); repeatable, applied after the flags above.
+    #[arg(long = "producer-property", value_name = "KEY=VALUE", value_parser = parse_property)]
+    pub(crate) producer_properties: Vec<(String, String)>,
 }
 
 #[derive(Debug, Args)]
@@ -229,14 +233,24 @@ pub(crate) struct ConsumeArgs {
     /// Topic to read.
     pub(crate) topic: String,
     /// Read only this partition (default: all).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "group")]
     pub(crate) partition: Option<i32>,
-    /// Start at the first offset still in the log.
+    /// Start at the first offset still in the log (with --group: where the
+    /// group has committed nothing).
     #[arg(long, conflicts_with = "offset")]
     pub(crate) from_beginning: bool,
     /// Start at this offset (or `earliest` / `latest`) in every partition read.
-    #[arg(long, value_parser = parse_start_offset)]
+    #[arg(long, value_parser = parse_start_offset, conflicts_with = "group")]
     pub(crate) offset: Option<StartOffset>,
+    /// Consume as a member of this consumer group: the group's members share
+    /// the topic's partitions, and each resumes from the group's committed
+    /// offsets (committed every auto.commit.interval.ms and on exit).
+    #[arg(long, value_name = "GROUP")]
+    pub(crate) group: Option<String>,
+    /// Any consumer setting by Kafka's name, e.g. `client.rack=r1` or
+    /// `session.timeout.ms=10000` (Kafka's console consumer flag); repeatable.
+    #[arg(long = "consumer-property", value_name = "KEY=VALUE", value_parser = parse_property)]
+    pub(crate) consumer_properties: Vec<(String, String)>,
     /// How long to wait for the topic's metadata (a topic created a moment ago).
     #[arg(long, default_value_t = 10_000)]
     pub(crate) max_block_ms: u64,
@@ -311,6 +325,11 @@ pub(crate) fn parse_key_value(s: &str, example: &str) -> Result<(String, String)
         return Err(format!("the name before '=' is empty in {s:?}"));
     }
     Ok((key.to_string(), value.trim().to_string()))
+}
+
+/// `KEY=VALUE` of a client setting.
+pub(crate) fn parse_property(s: &str) -> Result<(String, String), String> {
+    parse_key_value(s, "linger.ms=20")
 }
 
 pub(crate) fn parse_compression(s: &str) -> Result<Compression, String> {

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
 use syncline_client::{
-    AutoOffsetReset, ClientConfig, Consumer, ConsumerConfig, ConsumerRecord, TopicPartition,
+    AutoOffsetReset, ClientConfig, ClientError, Consumer, ConsumerConfig, ConsumerRecord,
+    GroupConsumer, TopicPartition,
 };
 use tokio::time::Instant;
 
@@ -40,6 +41,21 @@ pub(crate) fn format_record(r: &ConsumerRecord, format: Format, out: &mut Vec<u8
     out.push(b'\n');
 }
 
+/// Where records come from: assigned partitions, or a group's share of them.
+enum Source {
+    Partitions(Consumer),
+    Group(GroupConsumer),
+}
+
+impl Source {
+    async fn poll(&mut self, wait: Duration) -> Result<Vec<ConsumerRecord>, ClientError> {
+        match self {
+            Source::Partitions(c) => c.poll(wait).await,
+            Source::Group(g) => g.poll(wait).await,
+        }
+    }
+}
+
 pub(crate) async fn run(args: ConsumeArgs, bootstrap: &str) -> Result<()> {
     let ctx = Ctx {
         bootstrap,
@@ -47,15 +63,102 @@ pub(crate) async fn run(args: ConsumeArgs, bootstrap: &str) -> Result<()> {
     };
     let fail = |e: syncline_client::ClientError| anyhow!(explain(&e, ctx));
     let from_beginning = args.from_beginning || args.offset == Some(StartOffset::Earliest);
-    let config = ConsumerConfig {
+    let mut config = ConsumerConfig {
         client: ClientConfig::new(bootstrap),
         auto_offset_reset: if from_beginning {
             AutoOffsetReset::Earliest
         } else {
             AutoOffsetReset::Latest
         },
+        group_id: args.group.clone().unwrap_or_default(),
         ..Default::default()
     };
+    for (key, value) in &args.consumer_properties {
+        config
+            .set(key, value)
+            .map_err(|e| anyhow!("--consumer-property {key}={value}: {e}"))?;
+    }
+    config.validate().map_err(fail)?;
+    let mut source = if args.group.is_some() {
+        crate::cluster::ensure_reachable(ctx).await?;
+        Source::Group(GroupConsumer::new(config, vec![args.topic.clone()]).map_err(fail)?)
+    } else {
+        Source::Partitions(assigned(&args, config, ctx).await?)
+    };
+    let format = Format {
+        partition: args.print_partition,
+        offset: args.print_offset,
+        key: args.print_key,
+    };
+    let idle = args.timeout_ms.map(Duration::from_millis);
+    let mut stdout = std::io::stdout();
+    let mut buf = Vec::new();
+    let mut count = 0u64;
+    let mut last_record = Instant::now();
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    'consume: loop {
+        if args.max_messages.is_some_and(|max| count >= max) {
+            break;
+        }
+        let wait = match idle {
+            Some(idle) => {
+                let left = (last_record + idle).saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                left
+            }
+            None => Duration::from_millis(POLL_MS),
+        };
+        let records = tokio::select! {
+            records = source.poll(wait) => records.map_err(fail)?,
+            _ = &mut ctrl_c => break,
+        };
+        if records.is_empty() {
+            continue;
+        }
+        last_record = Instant::now();
+        buf.clear();
+        let printed = match args.max_messages {
+            Some(max) => records.len().min((max - count) as usize),
+            None => records.len(),
+        };
+        for record in &records[..printed] {
+            format_record(record, format, &mut buf);
+            count += 1;
+        }
+        // A group commits positions: put them back to the first record not
+        // printed, so the group's next member starts there.
+        if let Source::Group(group) = &mut source {
+            let mut rewound = std::collections::BTreeSet::new();
+            for r in &records[printed..] {
+                if rewound.insert(r.partition) {
+                    let tp = TopicPartition::new(&r.topic, r.partition);
+                    group.seek(&tp, r.offset).map_err(fail)?;
+                }
+            }
+        }
+        // Written and flushed per poll, so a pipe sees records as they arrive.
+        if let Err(e) = stdout.write_all(&buf).and_then(|()| stdout.flush()) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                break 'consume;
+            }
+            return Err(anyhow!("cannot write to standard output: {e}"));
+        }
+    }
+    if let Source::Group(group) = source {
+        // Commits what was printed and hands the partitions to the others now.
+        group.close().await.map_err(fail)?;
+    }
+    eprintln!("Processed a total of {count} messages");
+    Ok(())
+}
+
+/// A consumer of the partitions asked for, at the offsets asked for.
+async fn assigned(args: &ConsumeArgs, config: ConsumerConfig, ctx: Ctx<'_>) -> Result<Consumer> {
+    let fail = |e: syncline_client::ClientError| anyhow!(explain(&e, ctx));
+    let from_beginning = args.from_beginning || args.offset == Some(StartOffset::Earliest);
     let mut consumer = Consumer::new(config).map_err(fail)?;
     crate::cluster::ensure_reachable(ctx).await?;
     let wait = Duration::from_millis(args.max_block_ms);
@@ -90,59 +193,7 @@ pub(crate) async fn run(args: ConsumeArgs, bootstrap: &str) -> Result<()> {
         _ if from_beginning => consumer.seek_to_beginning(&tps).map_err(fail)?,
         _ => consumer.seek_to_end(&tps).map_err(fail)?,
     }
-
-    let format = Format {
-        partition: args.print_partition,
-        offset: args.print_offset,
-        key: args.print_key,
-    };
-    let idle = args.timeout_ms.map(Duration::from_millis);
-    let mut stdout = std::io::stdout();
-    let mut buf = Vec::new();
-    let mut count = 0u64;
-    let mut last_record = Instant::now();
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
-    'consume: loop {
-        if args.max_messages.is_some_and(|max| count >= max) {
-            break;
-        }
-        let wait = match idle {
-            Some(idle) => {
-                let left = (last_record + idle).saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                left
-            }
-            None => Duration::from_millis(POLL_MS),
-        };
-        let records = tokio::select! {
-            records = consumer.poll(wait) => records.map_err(fail)?,
-            _ = &mut ctrl_c => break,
-        };
-        if records.is_empty() {
-            continue;
-        }
-        last_record = Instant::now();
-        buf.clear();
-        for record in &records {
-            if args.max_messages.is_some_and(|max| count >= max) {
-                break;
-            }
-            format_record(record, format, &mut buf);
-            count += 1;
-        }
-        // Written and flushed per poll, so a pipe sees records as they arrive.
-        if let Err(e) = stdout.write_all(&buf).and_then(|()| stdout.flush()) {
-            if e.kind() == std::io::ErrorKind::BrokenPipe {
-                break 'consume;
-            }
-            return Err(anyhow!("cannot write to standard output: {e}"));
-        }
-    }
-    eprintln!("Processed a total of {count} messages");
-    Ok(())
+    Ok(consumer)
 }
 
 #[cfg(test)]

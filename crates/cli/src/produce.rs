@@ -154,7 +154,7 @@ pub(crate) async fn run(args: ProduceArgs, bootstrap: &str) -> Result<()> {
             .saturating_sub(args.linger_ms)
             .max(1),
     );
-    let config = ProducerConfig {
+    let mut config = ProducerConfig {
         client,
         acks: args.acks,
         linger_ms: args.linger_ms,
@@ -167,6 +167,11 @@ pub(crate) async fn run(args: ProduceArgs, bootstrap: &str) -> Result<()> {
         enable_idempotence: args.enable_idempotence,
         ..Default::default()
     };
+    for (key, value) in &args.producer_properties {
+        config
+            .set(key, value)
+            .map_err(|e| anyhow!("--producer-property {key}={value}: {e}"))?;
+    }
     crate::cluster::ensure_reachable(ctx).await?;
     let producer = Producer::new(config).map_err(|e| anyhow!(explain(&e, ctx)))?;
 

@@ -179,6 +179,35 @@ impl Cluster {
             })?
     }
 
+    /// As [`Cluster::send_to`], waiting up to `timeout` for the answer (a
+    /// JoinGroup is held by the coordinator for as long as a rebalance takes).
+    pub(crate) async fn send_to_within(
+        &self,
+        broker: i32,
+        body: pb::request::Body,
+        timeout: Duration,
+    ) -> Result<pb::response::Body, ClientError> {
+        let conn = self.known_broker_connection(broker).await?;
+        tokio::time::timeout(timeout, conn.send(body))
+            .await
+            .map_err(|_| {
+                conn.close();
+                ClientError::Timeout(timeout.as_millis() as u64)
+            })?
+    }
+
+    /// A connection to broker `id`, refreshing the metadata first if it does
+    /// not know the broker yet.
+    async fn known_broker_connection(&self, id: i32) -> Result<Connection, ClientError> {
+        match self.broker_connection(id).await {
+            Err(ClientError::UnknownBroker(_)) => {
+                self.refresh_metadata(vec![]).await?;
+                self.broker_connection(id).await
+            }
+            other => other,
+        }
+    }
+
     /// Sends to a broker by id (the metadata is refreshed first if it does not
     /// know the broker yet: a coordinator another broker named, say).
     pub(crate) async fn send_to(
@@ -186,13 +215,7 @@ impl Cluster {
         broker: i32,
         body: pb::request::Body,
     ) -> Result<pb::response::Body, ClientError> {
-        let conn = match self.broker_connection(broker).await {
-            Err(ClientError::UnknownBroker(_)) => {
-                self.refresh_metadata(vec![]).await?;
-                self.broker_connection(broker).await?
-            }
-            other => other?,
-        };
+        let conn = self.known_broker_connection(broker).await?;
         self.send_on(&conn, body).await
     }
 

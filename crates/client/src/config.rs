@@ -134,9 +134,6 @@ fn number<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, ClientError
 fn unknown_setting(key: &str, kind: &str, known: &[&str]) -> ClientError {
     let hint = match canonical(key).as_str() {
         "transactional.id" => " (transactions are not supported)".to_string(),
-        "group.id" | "enable.auto.commit" | "auto.commit.interval.ms" => {
-            " (there are no consumer groups: the consumer is assigned partitions)".to_string()
-        }
         _ => format!("; {kind} settings are: {}", known.join(", ")),
     };
     ClientError::Config(format!("unknown {kind} setting {key:?}{hint}"))
@@ -436,6 +433,21 @@ pub struct ConsumerConfig {
     /// replica selector, the leader sends the consumer to an in-sync replica in
     /// this rack (fetch from follower, KIP-392). Empty: always the leader.
     pub client_rack: String,
+    /// The consumer group a [`crate::GroupConsumer`] joins (Kafka's `group.id`).
+    pub group_id: String,
+    /// A group member the coordinator does not hear from for this long is
+    /// removed and its partitions go to the others (`session.timeout.ms`).
+    pub session_timeout_ms: i32,
+    /// How often a member heartbeats (`heartbeat.interval.ms`).
+    pub heartbeat_interval_ms: i32,
+    /// How long a rebalance waits for members to rejoin
+    /// (`max.poll.interval.ms`, which bounds it in Kafka's consumer too).
+    pub max_poll_interval_ms: i32,
+    /// Commit the positions every `auto_commit_interval_ms`, before a
+    /// rebalance and on close (`enable.auto.commit`).
+    pub enable_auto_commit: bool,
+    /// See `enable_auto_commit` (`auto.commit.interval.ms`).
+    pub auto_commit_interval_ms: u64,
 }
 
 impl Default for ConsumerConfig {
@@ -449,6 +461,12 @@ impl Default for ConsumerConfig {
             isolation_level: IsolationLevel::ReadUncommitted,
             auto_offset_reset: AutoOffsetReset::Latest,
             client_rack: String::new(),
+            group_id: String::new(),
+            session_timeout_ms: 45_000,
+            heartbeat_interval_ms: 3_000,
+            max_poll_interval_ms: 300_000,
+            enable_auto_commit: true,
+            auto_commit_interval_ms: 5_000,
         }
     }
 }
@@ -475,6 +493,22 @@ impl ConsumerConfig {
             "fetch.max.bytes" => self.fetch_max_bytes = number(key, value)?,
             "max.partition.fetch.bytes" => self.max_partition_fetch_bytes = number(key, value)?,
             "client.rack" => self.client_rack = value.trim().to_string(),
+            "group.id" => self.group_id = value.trim().to_string(),
+            "session.timeout.ms" => self.session_timeout_ms = number(key, value)?,
+            "heartbeat.interval.ms" => self.heartbeat_interval_ms = number(key, value)?,
+            "max.poll.interval.ms" => self.max_poll_interval_ms = number(key, value)?,
+            "enable.auto.commit" => {
+                self.enable_auto_commit = match value.trim() {
+                    "true" => true,
+                    "false" => false,
+                    other => {
+                        return Err(ClientError::Config(format!(
+                            "enable.auto.commit must be true or false (got {other:?})"
+                        )))
+                    }
+                }
+            }
+            "auto.commit.interval.ms" => self.auto_commit_interval_ms = number(key, value)?,
             "auto.offset.reset" => {
                 self.auto_offset_reset = value.trim().parse().map_err(ClientError::Config)?
             }
@@ -500,6 +534,12 @@ impl ConsumerConfig {
                     "client.rack",
                     "auto.offset.reset",
                     "isolation.level",
+                    "group.id",
+                    "session.timeout.ms",
+                    "heartbeat.interval.ms",
+                    "max.poll.interval.ms",
+                    "enable.auto.commit",
+                    "auto.commit.interval.ms",
                 ]);
                 return Err(unknown_setting(key, "consumer", &known));
             }
@@ -517,6 +557,18 @@ impl ConsumerConfig {
         {
             return Err(ClientError::Config(
                 "fetch sizes and waits must not be negative (max bytes must be positive)".into(),
+            ));
+        }
+        if self.heartbeat_interval_ms <= 0 || self.heartbeat_interval_ms >= self.session_timeout_ms
+        {
+            return Err(ClientError::Config(format!(
+                "heartbeat.interval.ms ({}) must be positive and below session.timeout.ms ({})",
+                self.heartbeat_interval_ms, self.session_timeout_ms
+            )));
+        }
+        if self.max_poll_interval_ms <= 0 || self.auto_commit_interval_ms == 0 {
+            return Err(ClientError::Config(
+                "max.poll.interval.ms and auto.commit.interval.ms must be positive".into(),
             ));
         }
         Ok(())
@@ -669,8 +721,21 @@ mod tests {
         assert_eq!(c.fetch_max_wait_ms, 100);
         assert_eq!(c.auto_offset_reset, AutoOffsetReset::Earliest);
         assert_eq!(c.isolation_level, IsolationLevel::ReadCommitted);
-        let err = c.set("group.id", "g").unwrap_err().to_string();
-        assert!(err.contains("consumer groups"), "{err}");
+        c.set("group.id", "g").unwrap();
+        c.set("enable.auto.commit", "false").unwrap();
+        c.set("session.timeout.ms", "10000").unwrap();
+        assert_eq!(
+            (
+                c.group_id.as_str(),
+                c.enable_auto_commit,
+                c.session_timeout_ms
+            ),
+            ("g", false, 10_000)
+        );
+        c.validate().unwrap();
+        c.set("heartbeat.interval.ms", "10000").unwrap();
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("below session.timeout.ms"), "{err}");
         assert!(c.set("linger.ms", "1").is_err(), "a producer setting");
     }
 

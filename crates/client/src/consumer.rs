@@ -105,6 +105,26 @@ impl Consumer {
         }
     }
 
+    pub(crate) fn cluster(&self) -> &Arc<Cluster> {
+        &self.cluster
+    }
+
+    pub(crate) fn config(&self) -> &ConsumerConfig {
+        &self.config
+    }
+
+    /// The assigned partitions whose next offset is known (what a group
+    /// member commits).
+    pub(crate) fn known_positions(&self) -> Vec<(TopicPartition, i64)> {
+        self.assignment
+            .iter()
+            .filter_map(|(tp, p)| match p {
+                Position::Offset(o) => Some((tp.clone(), *o)),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Partition numbers of `topic`, waiting up to `request_timeout_ms` for a
     /// topic created a moment ago.
     pub async fn partitions_for(&self, topic: &str) -> Result<Vec<i32>, ClientError> {

@@ -13,7 +13,7 @@ use syncline_proto::{pb, ErrorCode, TopicPartition};
 use tokio::time::Instant;
 
 use crate::admin::Admin;
-use crate::cluster::expect_body;
+use crate::cluster::{expect_body, Cluster};
 use crate::error::ClientError;
 
 /// A group, as its coordinator lists it.
@@ -79,14 +79,8 @@ pub struct GroupDescription {
 
 /// The partitions in a `consumer` group member's assignment (Kafka's
 /// ConsumerProtocol Assignment, any version); empty if it does not decode.
-fn decode_assignment(bytes: &Bytes) -> Vec<TopicPartition> {
-    if bytes.len() < 2 {
-        return vec![];
-    }
-    let mut buf = bytes.clone();
-    let version = i16::from_be_bytes([bytes[0], bytes[1]]);
-    let _ = bytes::Buf::get_i16(&mut buf);
-    let Ok(a) = ConsumerProtocolAssignment::decode(&mut buf, version.clamp(0, 3)) else {
+pub(crate) fn decode_assignment(bytes: &Bytes) -> Vec<TopicPartition> {
+    let Some(a) = decode_versioned::<ConsumerProtocolAssignment>(bytes, 3) else {
         return vec![];
     };
     a.assigned_partitions
@@ -97,6 +91,54 @@ fn decode_assignment(bytes: &Bytes) -> Vec<TopicPartition> {
                 .map(|&p| TopicPartition::new(t.topic.0.as_str(), p))
         })
         .collect()
+}
+
+/// The broker coordinating `group_id`, retrying retriable answers (the
+/// coordinator being created, elected or loaded) until `deadline`.
+pub(crate) async fn find_coordinator(
+    cluster: &Cluster,
+    group_id: &str,
+    deadline: Instant,
+) -> Result<i32, ClientError> {
+    let backoff = cluster.config.retry_backoff();
+    let mut failures = 0;
+    loop {
+        let found = cluster
+            .send_any(pb::request::Body::FindCoordinator(
+                pb::FindCoordinatorRequest {
+                    key: group_id.to_string(),
+                    key_type: 0,
+                },
+            ))
+            .await
+            .and_then(|body| expect_body!(body, FindCoordinator));
+        let error = match found {
+            Ok(found) => match (ErrorCode::from_wire(found.error_code), found.coordinator) {
+                (ErrorCode::None, Some(c)) => return Ok(c.node_id),
+                (code, _) => ClientError::Protocol {
+                    code,
+                    message: found.error_message,
+                },
+            },
+            Err(e) => e,
+        };
+        if !error.is_retriable() || Instant::now() >= deadline {
+            return Err(error);
+        }
+        tokio::time::sleep(backoff.delay(failures)).await;
+        failures += 1;
+    }
+}
+
+/// `bytes` (Kafka's ConsumerProtocol messages start with their version) as
+/// `T`; None if it does not decode.
+pub(crate) fn decode_versioned<T: Decodable>(bytes: &Bytes, max_version: i16) -> Option<T> {
+    if bytes.len() < 2 {
+        return None;
+    }
+    let version = i16::from_be_bytes([bytes[0], bytes[1]]);
+    let mut buf = bytes.slice(2..);
+    T::decode(&mut buf, version.clamp(0, max_version)).ok()
 }
 
 impl Admin {
@@ -126,34 +168,7 @@ impl Admin {
     /// being created, elected or loaded (within `request_timeout_ms`).
     pub async fn find_coordinator(&self, group_id: &str) -> Result<i32, ClientError> {
         let deadline = Instant::now() + self.cluster().config.request_timeout();
-        loop {
-            let body = self
-                .cluster()
-                .send_any(pb::request::Body::FindCoordinator(
-                    pb::FindCoordinatorRequest {
-                        key: group_id.to_string(),
-                        key_type: 0,
-                    },
-                ))
-                .await?;
-            let found = expect_body!(body, FindCoordinator)?;
-            let code = ErrorCode::from_wire(found.error_code);
-            match (code, found.coordinator) {
-                (ErrorCode::None, Some(c)) => return Ok(c.node_id),
-                (code, _) if code.is_retriable() && Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(
-                        self.cluster().config.retry_backoff_ms,
-                    ))
-                    .await;
-                }
-                (code, _) => {
-                    return Err(ClientError::Protocol {
-                        code,
-                        message: found.error_message,
-                    })
-                }
-            }
-        }
+        find_coordinator(self.cluster(), group_id, deadline).await
     }
 
     /// A group's state, members, assignments, committed offsets and lag.

@@ -71,6 +71,7 @@ pub mod config;
 pub mod connection;
 pub mod consumer;
 pub mod error;
+pub mod group_consumer;
 pub mod groups;
 pub mod metadata;
 pub mod partitioner;
@@ -95,6 +96,7 @@ pub use config::{Acks, AutoOffsetReset, ClientConfig, ConsumerConfig, ProducerCo
 pub use connection::Connection;
 pub use consumer::Consumer;
 pub use error::{ClientError, ProduceError};
+pub use group_consumer::GroupConsumer;
 pub use groups::{GroupDescription, GroupListing, GroupMember, GroupOffset};
 pub use metadata::{BrokerEndpoint, PartitionInfo};
 pub use producer::{DeliveryFuture, Producer};

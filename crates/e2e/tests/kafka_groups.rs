@@ -229,3 +229,114 @@ async fn confluent_kafka_group_rebalances_on_join_crash_and_leave_and_loses_noth
     let expected: Vec<String> = (0..30).map(|i| format!("v-late{i:02}")).collect();
     assert_eq!(read, expected, "only the records after the group's commits");
 }
+
+/// Keys of `key\tvalue` lines (`syncline consume --print-key`).
+fn keys_of(out: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(out)
+        .lines()
+        .map(|l| l.split('\t').next().unwrap().to_string())
+        .collect()
+}
+
+/// syncline's own group consumer and librdkafka's in one group: what one
+/// commits the other resumes from (syncline commits exactly what it printed,
+/// even when --max-messages stops inside a fetched batch), and both members
+/// at once split the new records between them, each read once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn syncline_and_kcat_members_share_one_group_and_its_commits() {
+    let cluster = Cluster::start_quorum(3, 3, &format!("{FAST_TIMERS}{GROUPS}")).await;
+    create_topic(&cluster, TOPIC, 4, 3, 2);
+    wait_full_isr(&cluster, 1, TOPIC, WAIT).await;
+    let bootstrap = cluster.kafka_bootstrap();
+    produce(&bootstrap, (0..200).map(|i| format!("s{i:03}")), false).await;
+
+    let out = cluster.cli(
+        &[
+            "consume",
+            TOPIC,
+            "--group",
+            GROUP,
+            "--from-beginning",
+            "--max-messages",
+            "120",
+            "--print-key",
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = keys_of(&out.stdout);
+    assert_eq!(printed.len(), 120);
+
+    let described = cluster.cli(&["group", "describe", GROUP, "--json"], None);
+    assert!(
+        described.status.success(),
+        "{}",
+        String::from_utf8_lossy(&described.stderr)
+    );
+    let d: serde_json::Value = serde_json::from_slice(&described.stdout).unwrap();
+    assert_eq!(d["state"], "Empty", "{d}");
+    for o in d["offsets"].as_array().unwrap() {
+        let (committed, end) = (
+            o["committed"].as_i64().unwrap(),
+            o["log_end"].as_i64().unwrap(),
+        );
+        assert_eq!(o["lag"].as_i64().unwrap(), end - committed, "{o}");
+    }
+    let listed = cluster.cli(&["group", "list", "--json"], None);
+    let l: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(l[0]["group"], GROUP, "{l}");
+
+    // kcat in the same group reads exactly what syncline did not print.
+    let rest = consume_once(&bootstrap).await;
+    let mut all: Vec<String> = printed
+        .iter()
+        .cloned()
+        .chain(rest.keys().cloned())
+        .collect();
+    all.sort();
+    let expected: Vec<String> = (0..200).map(|i| format!("s{i:03}")).collect();
+    assert_eq!(all, expected, "every record once between the two");
+
+    // Both kinds of member at once share the new records.
+    produce(&bootstrap, (0..100).map(|i| format!("t{i:03}")), false).await;
+    let own = tokio::process::Command::new(syncline_e2e::bin("syncline"))
+        .args(["--bootstrap-server", &cluster.bootstrap()])
+        .args([
+            "consume",
+            TOPIC,
+            "--group",
+            GROUP,
+            "--print-key",
+            "--timeout-ms",
+            "8000",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let kcat_args = group_consumer(&bootstrap);
+    let kcat_args: Vec<&str> = kcat_args.iter().map(String::as_str).collect();
+    let kcat_member = spawn_kcat(&kcat_args, false);
+    let (own, theirs) = tokio::join!(
+        tokio::time::timeout(WAIT * 3, own.wait_with_output()),
+        finish_kcat(kcat_member, &kcat_args, false)
+    );
+    let own = own
+        .expect("syncline consume exits after 8 s without records")
+        .unwrap();
+    assert!(
+        own.status.success(),
+        "{}",
+        String::from_utf8_lossy(&own.stderr)
+    );
+    let mut both: Vec<String> = keys_of(&own.stdout);
+    both.extend(parse(&theirs).into_keys());
+    both.sort();
+    let expected: Vec<String> = (0..100).map(|i| format!("t{i:03}")).collect();
+    assert_eq!(both, expected, "every new record once between the members");
+}
