@@ -306,6 +306,46 @@ fn kafka_requests() -> Vec<(&'static str, Vec<u8>)> {
     fetch.topics = vec![ft];
     let mut all = MetadataRequest::default();
     all.topics = None;
+    let group = || GroupId(StrBytes::from_static_str("billing"));
+    let mut creatable = create_topics_request::CreatableTopic::default();
+    creatable.name = name();
+    creatable.num_partitions = 3;
+    creatable.replication_factor = 3;
+    let mut create = CreateTopicsRequest::default();
+    create.topics = vec![creatable];
+    let mut delete = DeleteTopicsRequest::default();
+    delete.topic_names = vec![name()];
+    let mut resource = describe_configs_request::DescribeConfigsResource::default();
+    resource.resource_type = 2;
+    resource.resource_name = StrBytes::from_static_str("orders");
+    let mut configs = DescribeConfigsRequest::default();
+    configs.resources = vec![resource];
+    let mut find = FindCoordinatorRequest::default();
+    find.key = StrBytes::from_static_str("billing");
+    let mut protocol = join_group_request::JoinGroupRequestProtocol::default();
+    protocol.name = StrBytes::from_static_str("range");
+    protocol.metadata = Bytes::from_static(b"\x00\x00\x00\x00\x00\x01\x00\x06orders\xff\xff\xff\xff");
+    let mut join = JoinGroupRequest::default();
+    join.group_id = group();
+    join.session_timeout_ms = 10_000;
+    join.protocol_type = StrBytes::from_static_str("consumer");
+    join.protocols = vec![protocol];
+    let mut sync = SyncGroupRequest::default();
+    sync.group_id = group();
+    sync.generation_id = 1;
+    let mut heartbeat = HeartbeatRequest::default();
+    heartbeat.group_id = group();
+    let mut cp = offset_commit_request::OffsetCommitRequestPartition::default();
+    cp.committed_offset = 42;
+    let mut ct = offset_commit_request::OffsetCommitRequestTopic::default();
+    ct.name = name();
+    ct.partitions = vec![cp];
+    let mut commit = OffsetCommitRequest::default();
+    commit.group_id = group();
+    commit.generation_id_or_member_epoch = -1;
+    commit.topics = vec![ct];
+    let mut describe = DescribeGroupsRequest::default();
+    describe.groups = vec![group()];
     vec![
         ("api-versions-v0", kafka_frame(ApiKey::ApiVersions, 0, &ApiVersionsRequest::default())),
         ("api-versions-v3", kafka_frame(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())),
@@ -321,5 +361,21 @@ fn kafka_requests() -> Vec<(&'static str, Vec<u8>)> {
             kafka_frame(ApiKey::OffsetForLeaderEpoch, 4, &OffsetForLeaderEpochRequest::default()),
         ),
         ("init-producer-id-v4", kafka_frame(ApiKey::InitProducerId, 4, &InitProducerIdRequest::default())),
+        ("create-topics-v2", kafka_frame(ApiKey::CreateTopics, 2, &create)),
+        ("create-topics-v5", kafka_frame(ApiKey::CreateTopics, 5, &create)),
+        ("delete-topics-v4", kafka_frame(ApiKey::DeleteTopics, 4, &delete)),
+        ("describe-configs-v4", kafka_frame(ApiKey::DescribeConfigs, 4, &configs)),
+        ("describe-cluster-v1", kafka_frame(ApiKey::DescribeCluster, 1, &DescribeClusterRequest::default())),
+        ("find-coordinator-v3", kafka_frame(ApiKey::FindCoordinator, 3, &find)),
+        ("join-group-v0", kafka_frame(ApiKey::JoinGroup, 0, &join)),
+        ("join-group-v5", kafka_frame(ApiKey::JoinGroup, 5, &join)),
+        ("sync-group-v3", kafka_frame(ApiKey::SyncGroup, 3, &sync)),
+        ("heartbeat-v3", kafka_frame(ApiKey::Heartbeat, 3, &heartbeat)),
+        ("leave-group-v3", kafka_frame(ApiKey::LeaveGroup, 3, &LeaveGroupRequest::default())),
+        ("offset-commit-v2", kafka_frame(ApiKey::OffsetCommit, 2, &commit)),
+        ("offset-commit-v8", kafka_frame(ApiKey::OffsetCommit, 8, &commit)),
+        ("offset-fetch-v7", kafka_frame(ApiKey::OffsetFetch, 7, &OffsetFetchRequest::default())),
+        ("list-groups-v4", kafka_frame(ApiKey::ListGroups, 4, &ListGroupsRequest::default())),
+        ("describe-groups-v5", kafka_frame(ApiKey::DescribeGroups, 5, &describe)),
     ]
 }
