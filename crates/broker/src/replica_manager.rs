@@ -610,9 +610,10 @@ impl ReplicaManager {
                                     })
                                 });
                             match result {
-                                Ok((offset, epoch)) => {
-                                    out.offset = offset;
-                                    out.leader_epoch = epoch;
+                                Ok(listed) => {
+                                    out.offset = listed.offset;
+                                    out.timestamp = listed.timestamp;
+                                    out.leader_epoch = listed.leader_epoch;
                                 }
                                 Err(code) => out.error_code = code as i32,
                             }

@@ -149,6 +149,13 @@ impl SegmentIndex {
         i.checked_sub(1).map(|i| self.entries[i])
     }
 
+    /// The last entry whose running max timestamp is below `target`: every batch
+    /// up to and including its batch is older than `target`.
+    pub(crate) fn last_older_than(&self, target: i64) -> Option<IndexEntry> {
+        let i = self.entries.partition_point(|e| e.max_timestamp < target);
+        i.checked_sub(1).map(|i| self.entries[i])
+    }
+
     pub(crate) fn push(&mut self, entry: IndexEntry) {
         debug_assert!(self.last().is_none_or(
             |l| l.relative_offset < entry.relative_offset && l.position < entry.position

@@ -44,6 +44,15 @@ pub struct ReadInfo {
     pub next_offset: i64,
 }
 
+/// A record found by its timestamp (ListOffsets by timestamp).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimestampOffset {
+    pub offset: i64,
+    pub timestamp: i64,
+    /// The leader epoch its batch was written in.
+    pub leader_epoch: i32,
+}
+
 /// What a retention pass deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetentionInfo {
@@ -693,6 +702,43 @@ impl Log {
         })
     }
 
+    /// ListOffsets by timestamp, as Kafka answers it: the first record (in offset
+    /// order) whose timestamp is at or after `target`, found from the segments'
+    /// max timestamps, their time indexes and a scan of the batch headers after
+    /// the index entry; its batch's records are read only for the batch found.
+    /// `None` when no record is that recent.
+    pub fn offset_for_timestamp(&self, target: i64) -> Result<Option<TimestampOffset>, LogError> {
+        self.check_failed()?;
+        for segment in &self.segments {
+            let Some(mut position) = segment.timestamp_scan_start(target) else {
+                continue;
+            };
+            let mut headers = segment.headers();
+            while position < segment.size_bytes() {
+                let header = headers.header_at(position)?;
+                if header.max_timestamp >= target {
+                    if let Some(found) =
+                        first_record_at_or_after(segment, position, &header, target)?
+                    {
+                        return Ok(Some(found));
+                    }
+                }
+                position += header.total_len() as u64;
+            }
+        }
+        Ok(None)
+    }
+
+    /// ListOffsets' -3 (KIP-734): the first record with the log's largest
+    /// timestamp; `None` when no batch has a timestamp.
+    pub fn offset_of_max_timestamp(&self) -> Result<Option<TimestampOffset>, LogError> {
+        let max = self.segments.iter().map(Segment::max_timestamp).max();
+        match max {
+            Some(max) if max >= 0 => self.offset_for_timestamp(max),
+            _ => Ok(None),
+        }
+    }
+
     /// Bytes of the whole batches a read from `from` bounded by `to` could return
     /// (from the batch holding `from` to the last batch ending before `to`), found
     /// from index positions and a few headers. For delayed fetches deciding whether
@@ -1041,6 +1087,34 @@ fn nothing_appended(log_end_offset: i64) -> AppendInfo {
     }
 }
 
+/// The first record of the batch at `position` whose timestamp is at or after
+/// `target` (every record of a LogAppendTime batch has its max timestamp).
+fn first_record_at_or_after(
+    segment: &Segment,
+    position: u64,
+    header: &BatchHeader,
+    target: i64,
+) -> Result<Option<TimestampOffset>, LogError> {
+    let found = |offset, timestamp| TimestampOffset {
+        offset,
+        timestamp,
+        leader_epoch: header.partition_leader_epoch,
+    };
+    if header.is_log_append_time() {
+        return Ok(Some(found(header.base_offset, header.max_timestamp)));
+    }
+    let mut bytes = vec![0; header.total_len()];
+    segment.read_exact_at(&mut bytes, position)?;
+    let records = batch::records(&bytes)?;
+    for record in records.iter() {
+        let record = record?;
+        if record.timestamp >= target {
+            return Ok(Some(found(record.offset, record.timestamp)));
+        }
+    }
+    Ok(None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1272,5 +1346,96 @@ mod tests {
             .map(|w| w[1].position - w[0].position)
             .collect();
         assert!(gaps.iter().all(|&g| g >= 300 && g < 300 + one), "{gaps:?}");
+    }
+
+    /// A batch whose records have these timestamps (relative to `TS`), gzip
+    /// compressed when `compress`.
+    fn timed_batch(deltas: &[i64], compress: bool) -> Bytes {
+        let mut b = BatchBuilder::new(TS + deltas[0]);
+        for d in deltas {
+            b.push(TS + d, None, Some(&[3; 30]), &[]);
+        }
+        if compress {
+            b.finish_with(syncline_proto::compression::Compression::Gzip)
+        } else {
+            b.finish()
+        }
+    }
+
+    /// Every record of the log as (offset, timestamp, its batch's epoch).
+    fn every_record(log: &Log) -> Vec<TimestampOffset> {
+        let read = log
+            .read(log.log_start_offset(), usize::MAX, i64::MAX, true)
+            .unwrap();
+        let mut out = Vec::new();
+        for item in batch::split(&read.records) {
+            let (header, bytes) = item.unwrap();
+            for r in batch::records(bytes).unwrap().iter() {
+                let r = r.unwrap();
+                out.push(TimestampOffset {
+                    offset: r.offset,
+                    timestamp: r.timestamp,
+                    leader_epoch: header.partition_leader_epoch,
+                });
+            }
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// ListOffsets by timestamp through segments' max timestamps, time
+        /// indexes and header scans finds what a scan of every record finds: the
+        /// first record at or after the target (timestamps out of order within
+        /// and across batches, compressed batches, several segments, indexes
+        /// loaded from disk after a restart), and -3 the first record with the
+        /// largest timestamp.
+        #[test]
+        fn offset_for_timestamp_equals_a_scan_of_every_record(
+            batches in proptest::collection::vec(
+                (proptest::collection::vec(-20i64..200, 1..6), proptest::bool::ANY), 1..30),
+            targets in proptest::collection::vec(-30i64..230, 1..12),
+            reopen in proptest::bool::ANY,
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let config = LogConfig { segment_bytes: 700, index_interval_bytes: 150, ..config() };
+            let mut log = Log::open(dir.path(), config.clone()).unwrap();
+            for (n, (deltas, compress)) in batches.iter().enumerate() {
+                let epoch = (n / 10) as i32;
+                log.append_as_leader(&timed_batch(deltas, *compress), epoch, TS).unwrap();
+            }
+            if reopen {
+                log.close().unwrap();
+                log = Log::open(dir.path(), config).unwrap();
+            }
+            let all = every_record(&log);
+            for target in targets {
+                let target = TS + target;
+                let expected = all.iter().find(|r| r.timestamp >= target).copied();
+                proptest::prop_assert_eq!(log.offset_for_timestamp(target).unwrap(), expected);
+            }
+            let max = all.iter().map(|r| r.timestamp).max().unwrap();
+            let first_max = all.iter().find(|r| r.timestamp == max).copied();
+            proptest::prop_assert_eq!(log.offset_of_max_timestamp().unwrap(), first_max);
+        }
+    }
+
+    #[test]
+    fn offset_for_timestamp_of_an_empty_log_or_a_future_time_is_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::open(dir.path(), config()).unwrap();
+        assert_eq!(log.offset_for_timestamp(0).unwrap(), None);
+        assert_eq!(log.offset_of_max_timestamp().unwrap(), None);
+        log.append_as_leader(&timed_batch(&[0, 5], false), 2, TS)
+            .unwrap();
+        assert_eq!(log.offset_for_timestamp(TS + 6).unwrap(), None);
+        assert_eq!(
+            log.offset_for_timestamp(TS + 1).unwrap(),
+            Some(TimestampOffset {
+                offset: 1,
+                timestamp: TS + 5,
+                leader_epoch: 2
+            })
+        );
     }
 }

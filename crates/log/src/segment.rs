@@ -420,6 +420,23 @@ impl Segment {
         self.contents.first_batch_timestamp
     }
 
+    /// The largest record timestamp of the segment's batches (-1 when none has one).
+    pub(crate) fn max_timestamp(&self) -> i64 {
+        self.contents.max_timestamp
+    }
+
+    /// Where a scan for the first batch whose max timestamp is at or after
+    /// `target` starts (from the time index), or `None` when the segment has no
+    /// such batch.
+    pub(crate) fn timestamp_scan_start(&self, target: i64) -> Option<u64> {
+        (self.contents.max_timestamp >= target).then(|| {
+            self.contents
+                .index
+                .last_older_than(target)
+                .map_or(0, |e| u64::from(e.position))
+        })
+    }
+
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }

@@ -48,6 +48,9 @@ const RECORDS_COUNT_AT: usize = 57;
 
 /// Low three bits of `attributes`: the compression codec.
 const COMPRESSION_MASK: i16 = 0x07;
+/// Bit 3 of `attributes`: the timestamps are the broker's append time
+/// (`max_timestamp`, for every record), not the producer's create time.
+pub const LOG_APPEND_TIME_FLAG: i16 = 0x08;
 
 /// Most bytes the records of one compressed batch may decompress to: bounds what a
 /// small batch can make the broker (which validates it) or a consumer allocate.
@@ -155,6 +158,12 @@ impl BatchHeader {
     }
 
     /// Compression codec id (0 = none).
+    /// The batch carries the broker's append time (`max_timestamp`) as every
+    /// record's timestamp.
+    pub fn is_log_append_time(&self) -> bool {
+        self.attributes & LOG_APPEND_TIME_FLAG != 0
+    }
+
     pub fn compression(&self) -> u8 {
         (self.attributes & COMPRESSION_MASK) as u8
     }

@@ -31,6 +31,9 @@ pub const CONSUMER_REPLICA_ID: i32 = -1;
 pub const EARLIEST_TIMESTAMP: i64 = -2;
 /// ListOffsets timestamp asking for the latest offset.
 pub const LATEST_TIMESTAMP: i64 = -1;
+/// ListOffsets timestamp asking for the record with the largest timestamp
+/// (KIP-734, ListOffsets v7).
+pub const MAX_TIMESTAMP: i64 = -3;
 /// `acks` value meaning "every member of the current ISR".
 pub const ACKS_ALL: i32 = -1;
 /// Leader id of an offline partition.

@@ -16,6 +16,7 @@
 
 use std::time::Duration;
 
+use syncline_log::TimestampOffset;
 use syncline_proto::{pb, EpochEndOffset, ErrorCode, ACKS_ALL, NO_LEADER};
 use tokio::time::Instant;
 
@@ -233,6 +234,27 @@ pub struct PartitionCore {
     /// When the leader's next ISR shrink check is due (None: at the next tick).
     next_shrink_check: Option<Instant>,
     config: ReplicationConfig,
+}
+
+/// What ListOffsets answers for one partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListedOffset {
+    /// The offset found (-1: none).
+    pub offset: i64,
+    /// The record's timestamp; -1 for earliest and latest, and when nothing was
+    /// found.
+    pub timestamp: i64,
+    /// The epoch of the record's batch; the current one for earliest and latest.
+    pub leader_epoch: i32,
+}
+
+impl ListedOffset {
+    /// No record at or after the timestamp asked for (Kafka's UNKNOWN_OFFSET).
+    pub const NOT_FOUND: ListedOffset = ListedOffset {
+        offset: -1,
+        timestamp: -1,
+        leader_epoch: -1,
+    };
 }
 
 /// KIP-320: a request's leader epoch against the replica's. Older is fenced, newer
@@ -497,23 +519,45 @@ impl PartitionCore {
     }
 
     /// ListOffsets on the leader: -2 the log start, -1 the high watermark for
-    /// consumers or the LEO for replicas. Returns (offset, leader epoch).
+    /// consumers or the LEO for replicas (timestamp -1, the current epoch);
+    /// a timestamp (>= 0) or -3, the largest one, is looked up in the log by
+    /// `find` and answers the record found with its timestamp and its batch's
+    /// epoch, or offset and timestamp -1 when none is found below the high
+    /// watermark (the LEO for replicas), as Kafka does. Other negative
+    /// timestamps are INVALID_REQUEST.
     pub fn list_offset(
         &self,
         timestamp: i64,
         client_epoch: Option<i32>,
         from_replica: bool,
         log_start_offset: i64,
-    ) -> Result<(i64, i32), ErrorCode> {
+        find: impl FnOnce(i64) -> Result<Option<TimestampOffset>, ErrorCode>,
+    ) -> Result<ListedOffset, ErrorCode> {
         check_epoch(self.leader_epoch, client_epoch)?;
         let leader = self.leader_state().ok_or(ErrorCode::NotLeaderOrFollower)?;
-        let offset = match timestamp {
-            syncline_proto::EARLIEST_TIMESTAMP => log_start_offset,
-            syncline_proto::LATEST_TIMESTAMP if from_replica => self.log_end_offset,
-            syncline_proto::LATEST_TIMESTAMP => leader.high_watermark(),
-            _ => return Err(ErrorCode::InvalidRequest),
+        let fetchable_below = if from_replica {
+            self.log_end_offset
+        } else {
+            leader.high_watermark()
         };
-        Ok((offset, self.leader_epoch))
+        let at = |offset| ListedOffset {
+            offset,
+            timestamp: -1,
+            leader_epoch: self.leader_epoch,
+        };
+        match timestamp {
+            syncline_proto::EARLIEST_TIMESTAMP => Ok(at(log_start_offset)),
+            syncline_proto::LATEST_TIMESTAMP => Ok(at(fetchable_below)),
+            t if t >= 0 || t == syncline_proto::MAX_TIMESTAMP => Ok(match find(t)? {
+                Some(found) if found.offset < fetchable_below => ListedOffset {
+                    offset: found.offset,
+                    timestamp: found.timestamp,
+                    leader_epoch: found.leader_epoch,
+                },
+                _ => ListedOffset::NOT_FOUND,
+            }),
+            _ => Err(ErrorCode::InvalidRequest),
+        }
     }
 
     /// The replica a consumer in `client_rack` should read from instead of this
@@ -1800,19 +1844,90 @@ mod tests {
         let now = Instant::now();
         let l = leader(&[1, 2], 20, 12, 1, now);
         use syncline_proto::{EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
+        let unused = |_| -> Result<Option<TimestampOffset>, ErrorCode> {
+            panic!("earliest and latest need no lookup")
+        };
+        let at = |offset| ListedOffset {
+            offset,
+            timestamp: -1,
+            leader_epoch: 5,
+        };
         assert_eq!(
-            l.list_offset(EARLIEST_TIMESTAMP, None, false, 3),
-            Ok((3, 5))
+            l.list_offset(EARLIEST_TIMESTAMP, None, false, 3, unused),
+            Ok(at(3))
         );
-        assert_eq!(l.list_offset(LATEST_TIMESTAMP, None, false, 3), Ok((12, 5)));
-        assert_eq!(l.list_offset(LATEST_TIMESTAMP, None, true, 3), Ok((20, 5)));
         assert_eq!(
-            l.list_offset(1234, None, false, 3),
+            l.list_offset(LATEST_TIMESTAMP, None, false, 3, unused),
+            Ok(at(12))
+        );
+        assert_eq!(
+            l.list_offset(LATEST_TIMESTAMP, None, true, 3, unused),
+            Ok(at(20))
+        );
+        assert_eq!(
+            l.list_offset(-4, None, false, 3, unused),
             Err(ErrorCode::InvalidRequest)
         );
         assert_eq!(
-            follower(20, 12, now).list_offset(LATEST_TIMESTAMP, None, false, 0),
+            follower(20, 12, now).list_offset(LATEST_TIMESTAMP, None, false, 0, unused),
             Err(ErrorCode::NotLeaderOrFollower)
+        );
+        assert_eq!(
+            l.list_offset(LATEST_TIMESTAMP, Some(4), false, 0, unused),
+            Err(ErrorCode::FencedLeaderEpoch)
+        );
+    }
+
+    #[test]
+    fn list_offsets_by_timestamp_answer_what_the_log_finds_below_the_high_watermark() {
+        let now = Instant::now();
+        let l = leader(&[1, 2], 20, 12, 1, now);
+        let found = |offset| {
+            move |_| {
+                Ok(Some(TimestampOffset {
+                    offset,
+                    timestamp: 1_000 + offset,
+                    leader_epoch: 3,
+                }))
+            }
+        };
+        let listed = ListedOffset {
+            offset: 11,
+            timestamp: 1_011,
+            leader_epoch: 3,
+        };
+        // Below the high watermark (12): the record found, with its batch's epoch.
+        assert_eq!(l.list_offset(1_000, None, false, 0, found(11)), Ok(listed));
+        assert_eq!(
+            l.list_offset(syncline_proto::MAX_TIMESTAMP, None, false, 0, found(11)),
+            Ok(listed)
+        );
+        // At or above it: not yet committed, so not found for a consumer; a
+        // replica may see up to the LEO.
+        assert_eq!(
+            l.list_offset(1_000, None, false, 0, found(12)),
+            Ok(ListedOffset::NOT_FOUND)
+        );
+        assert_eq!(
+            l.list_offset(1_000, None, true, 0, found(12))
+                .map(|o| o.offset),
+            Ok(12)
+        );
+        assert_eq!(
+            l.list_offset(1_000, None, false, 0, |_| Ok(None)),
+            Ok(ListedOffset::NOT_FOUND)
+        );
+        assert_eq!(
+            l.list_offset(1_000, None, false, 0, |_| Err(ErrorCode::StorageError)),
+            Err(ErrorCode::StorageError)
+        );
+        // The timestamp asked for reaches the lookup as asked.
+        assert_eq!(
+            l.list_offset(777, None, false, 0, |t| {
+                assert_eq!(t, 777);
+                Ok(None)
+            }),
+            Ok(ListedOffset::NOT_FOUND)
         );
     }
 

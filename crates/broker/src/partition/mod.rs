@@ -37,7 +37,7 @@ use tokio::time::Instant;
 
 pub use self::core::{
     AlterPartitionResult, Announcement, CommittedIsr, Effects, FetchReadiness, FetcherChange,
-    LeaderHealth, PartitionCore, ProduceCheck, ReplicationConfig, RoleChange, Wake,
+    LeaderHealth, ListedOffset, PartitionCore, ProduceCheck, ReplicationConfig, RoleChange, Wake,
 };
 use crate::topic_config::TopicConfig;
 pub use leader_state::FollowerFetch;
@@ -572,16 +572,30 @@ impl Partition {
             .unwrap_or(EpochEndOffset::UNDEFINED))
     }
 
-    /// ListOffsets: -2 earliest, -1 latest (HW for consumers, LEO for replicas).
+    /// ListOffsets: -2 earliest, -1 latest (HW for consumers, LEO for replicas),
+    /// a timestamp or -3 (the largest timestamp) looked up in the log.
     pub fn list_offset(
         &self,
         timestamp: i64,
         client_epoch: Option<i32>,
         from_replica: bool,
-    ) -> Result<(i64, i32), ErrorCode> {
+    ) -> Result<ListedOffset, ErrorCode> {
         let core = self.core.lock();
-        let log_start = self.log.read().log_start_offset();
-        core.list_offset(timestamp, client_epoch, from_replica, log_start)
+        let log = self.log.read();
+        core.list_offset(
+            timestamp,
+            client_epoch,
+            from_replica,
+            log.log_start_offset(),
+            |t| {
+                if t == syncline_proto::MAX_TIMESTAMP {
+                    log.offset_of_max_timestamp()
+                } else {
+                    log.offset_for_timestamp(t)
+                }
+                .map_err(storage)
+            },
+        )
     }
 
     // --- leader: ISR ---
