@@ -163,11 +163,11 @@ impl Broker {
                     .sync_leadership(&self.metadata.partition_ids(OFFSETS_TOPIC));
                 responder.send(Resp::LeaderAndIsr(answer))
             }
+            Body::OffsetCommit(r) => self.offset_commit(r, &request.client_id, responder),
             body @ (Body::JoinGroup(_)
             | Body::SyncGroup(_)
             | Body::Heartbeat(_)
             | Body::LeaveGroup(_)
-            | Body::OffsetCommit(_)
             | Body::OffsetFetch(_)) => {
                 let partitions = self.metadata.partition_ids(OFFSETS_TOPIC).len();
                 self.groups
@@ -429,6 +429,70 @@ impl Broker {
                 .into_iter()
                 .map(|n| (n, ErrorCode::LeaderNotAvailable as i32))
                 .collect(),
+        }
+    }
+
+    /// OffsetCommit, as Kafka serves it: a partition the cluster does not have
+    /// is answered UNKNOWN_TOPIC_OR_PARTITION here and never reaches the group
+    /// coordinator, which commits the others.
+    fn offset_commit(&self, mut r: pb::OffsetCommitRequest, client_id: &str, responder: Responder) {
+        use pb::response::Body as Resp;
+        let mut unknown = Vec::new();
+        for t in &mut r.topics {
+            let known = self.metadata.partition_ids(&t.name);
+            let (ours, theirs): (Vec<_>, Vec<_>) = std::mem::take(&mut t.partitions)
+                .into_iter()
+                .partition(|p| known.contains(&p.partition));
+            t.partitions = ours;
+            if !theirs.is_empty() {
+                unknown.push(pb::OffsetCommitTopicResult {
+                    name: t.name.clone(),
+                    partitions: theirs
+                        .into_iter()
+                        .map(|p| pb::PartitionResult {
+                            partition: p.partition,
+                            error_code: ErrorCode::UnknownTopicOrPartition as i32,
+                        })
+                        .collect(),
+                });
+            }
+        }
+        r.topics.retain(|t| !t.partitions.is_empty());
+        let partitions = self.metadata.partition_ids(OFFSETS_TOPIC).len();
+        if unknown.is_empty() {
+            self.groups.submit(
+                pb::request::Body::OffsetCommit(r),
+                partitions,
+                client_id,
+                responder,
+            );
+        } else if r.topics.is_empty() {
+            responder.send(Resp::OffsetCommit(pb::OffsetCommitResponse {
+                topics: unknown,
+            }));
+        } else {
+            let listener = responder.connection().listener.clone();
+            let (inner, answer) = Responder::internal(listener);
+            self.groups.submit(
+                pb::request::Body::OffsetCommit(r),
+                partitions,
+                client_id,
+                inner,
+            );
+            tokio::spawn(async move {
+                match answer.await {
+                    Ok(Resp::OffsetCommit(mut committed)) => {
+                        committed.topics.extend(unknown);
+                        responder.send(Resp::OffsetCommit(committed));
+                    }
+                    // A whole-request error (NOT_COORDINATOR, ...) stands for all.
+                    Ok(other) => responder.send(other),
+                    Err(_) => responder.send_error(
+                        ErrorCode::CoordinatorNotAvailable,
+                        "the group coordinator went away",
+                    ),
+                }
+            });
         }
     }
 

@@ -1,5 +1,6 @@
 //! One broker (also the controller): create, produce, fetch, list offsets, errors.
 
+use syncline_client::Connection;
 use syncline_e2e::inprocess::*;
 use syncline_proto::pb::{self, request::Body, response::Body as Resp};
 use syncline_proto::ErrorCode;
@@ -76,12 +77,181 @@ async fn list_offsets_and_unknown_api() {
         let Resp::ListOffsets(r) = resp else { panic!() };
         assert_eq!(r.topics[0].partitions[0].offset, want, "{r:?}");
     }
+    // By timestamp: the first record at or after it, in offset order, with its
+    // timestamp (batches out of time order, one of two records); -3 the first
+    // record with the largest timestamp; nothing that late is offset -1. (The
+    // first two records have the batch helper's older time.)
+    const T: i64 = 2_000_000_000_000;
+    for times in [&[T, T + 3][..], &[T + 10], &[T + 5]] {
+        let mut b = syncline_proto::batch::BatchBuilder::new(times[0]);
+        for t in times {
+            b.push(*t, None, Some(b"v"), &[]);
+        }
+        let r = produce(&conn, "t", 0, -1, b.finish()).await;
+        assert_eq!(r.error_code, 0, "{r:?}");
+    }
+    for (ts, want) in [
+        (T, (2, T)),
+        (T + 1, (3, T + 3)),
+        (T + 4, (4, T + 10)),
+        (T + 10, (4, T + 10)),
+        (T + 11, (-1, -1)),
+        (syncline_proto::MAX_TIMESTAMP, (4, T + 10)),
+    ] {
+        let p = list_offset(&conn, ts).await;
+        assert_eq!(
+            (p.error_code, (p.offset, p.timestamp)),
+            (0, want),
+            "{ts}: {p:?}"
+        );
+    }
+    assert_eq!(
+        list_offset(&conn, -4).await.error_code,
+        ErrorCode::InvalidRequest as i32
+    );
     // A request with no body (unknown API key) gets an error, not a closed connection.
     let resp = conn
         .send(Body::Metadata(pb::MetadataRequest::default()))
         .await
         .unwrap();
     assert!(matches!(resp, Resp::Metadata(_)));
+}
+
+async fn list_offset(conn: &Connection, timestamp: i64) -> pb::ListOffsetsPartitionResponse {
+    let resp = conn
+        .send(Body::ListOffsets(pb::ListOffsetsRequest {
+            replica_id: -1,
+            isolation_level: 0,
+            topics: vec![pb::ListOffsetsTopic {
+                name: "t".into(),
+                partitions: vec![pb::ListOffsetsPartition {
+                    partition: 0,
+                    current_leader_epoch: None,
+                    timestamp,
+                }],
+            }],
+        }))
+        .await
+        .unwrap();
+    let Resp::ListOffsets(mut r) = resp else {
+        panic!("{resp:?}")
+    };
+    r.topics.remove(0).partitions.remove(0)
+}
+
+/// Kafka's rule: an offset commit for a topic or partition the cluster does not
+/// have is answered UNKNOWN_TOPIC_OR_PARTITION, and the rest are committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offset_commit_refuses_unknown_partitions_and_commits_the_rest() {
+    let cluster = TestCluster::start(
+        1,
+        "offsets_topic_num_partitions = 1\noffsets_topic_replication_factor = 1\n\
+         group_initial_rebalance_delay_ms = 0\n",
+    )
+    .await;
+    cluster.create_topic("t", 2, 1, &[]).await;
+    let conn = cluster.connect(1).await;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let resp = conn
+            .send(Body::FindCoordinator(pb::FindCoordinatorRequest {
+                key: "g".into(),
+                key_type: 0,
+            }))
+            .await
+            .unwrap();
+        let Resp::FindCoordinator(f) = resp else {
+            panic!("{resp:?}")
+        };
+        if f.error_code == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no coordinator: {f:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let commit = |topics: Vec<(&str, Vec<i32>)>| {
+        Body::OffsetCommit(pb::OffsetCommitRequest {
+            group_id: "g".into(),
+            generation_id: -1,
+            member_id: String::new(),
+            topics: topics
+                .into_iter()
+                .map(|(name, partitions)| pb::OffsetCommitTopic {
+                    name: name.into(),
+                    partitions: partitions
+                        .into_iter()
+                        .map(|partition| pb::OffsetCommitPartition {
+                            partition,
+                            offset: 7,
+                            leader_epoch: -1,
+                            metadata: None,
+                        })
+                        .collect(),
+                })
+                .collect(),
+        })
+    };
+    let results = |resp: Resp| {
+        let Resp::OffsetCommit(c) = resp else {
+            panic!("{resp:?}")
+        };
+        let mut out: Vec<(String, i32, i32)> = c
+            .topics
+            .into_iter()
+            .flat_map(|t| {
+                let name = t.name;
+                t.partitions
+                    .into_iter()
+                    .map(move |p| (name.clone(), p.partition, p.error_code))
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    let unknown = ErrorCode::UnknownTopicOrPartition as i32;
+    // Mixed: the known partition is committed, the others refused.
+    let resp = conn
+        .send(commit(vec![("t", vec![1, 9]), ("nope", vec![0])]))
+        .await
+        .unwrap();
+    assert_eq!(
+        results(resp),
+        vec![
+            ("nope".into(), 0, unknown),
+            ("t".into(), 1, 0),
+            ("t".into(), 9, unknown)
+        ]
+    );
+    // Only unknown ones: refused without reaching the coordinator.
+    let resp = conn.send(commit(vec![("nope", vec![0, 1])])).await.unwrap();
+    assert_eq!(
+        results(resp),
+        vec![("nope".into(), 0, unknown), ("nope".into(), 1, unknown)]
+    );
+    let resp = conn
+        .send(Body::OffsetFetch(pb::OffsetFetchRequest {
+            group_id: "g".into(),
+            topics: vec![],
+            all: true,
+        }))
+        .await
+        .unwrap();
+    let Resp::OffsetFetch(f) = resp else {
+        panic!("{resp:?}")
+    };
+    let committed: Vec<(String, i32, i64)> = f
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(|p| (t.name.clone(), p.partition, p.offset))
+        })
+        .collect();
+    assert_eq!(committed, vec![("t".into(), 1, 7)]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
