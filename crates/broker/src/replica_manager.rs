@@ -235,6 +235,9 @@ impl ReplicaManager {
                         }
                         out.base_offset = append.base_offset;
                         out.log_start_offset = append.log_start_offset;
+                        if partition.log_append_time() {
+                            out.log_append_time_ms = now_ms;
+                        }
                         let rf = partition.replicas().len() as i32;
                         out.replication_factor = rf;
                         self.execute(&partition, effects);
@@ -324,6 +327,13 @@ impl ReplicaManager {
                 }
                 records
             }
+        };
+        // message.timestamp.type=LogAppendTime: the leader's clock.
+        let records = if partition.log_append_time() {
+            batch::with_log_append_time(&records, now_ms)
+                .map_err(|e| ((&e).into(), Some(partition.clone())))?
+        } else {
+            records
         };
         let (append, effects) = partition
             .append_as_leader(&records, acks, p.current_leader_epoch, now_ms)

@@ -20,6 +20,9 @@ pub struct TopicConfig {
     /// `compression.type`: `None` keeps the producer's codec; a codec makes the
     /// leader recompress batches into it.
     pub(crate) compression: Option<Compression>,
+    /// `message.timestamp.type=LogAppendTime`: the leader stamps each batch
+    /// with its append time.
+    pub(crate) log_append_time: bool,
     pub(crate) log: LogConfig,
 }
 
@@ -37,6 +40,7 @@ pub fn controller_defaults(b: &BrokerConfig) -> TypedTopicConfig {
         flush_messages: long(b.flush_messages),
         flush_ms: long(b.flush_ms),
         compression_type: None,
+        log_append_time: false,
     }
 }
 
@@ -68,6 +72,7 @@ impl TopicConfig {
             min_insync_replicas: typed.min_insync_replicas.max(1) as usize,
             replica_lag_time_max: Duration::from_millis(typed.replica_lag_time_max_ms.max(1) as u64),
             compression: typed.compression_type,
+            log_append_time: typed.log_append_time,
             log: LogConfig {
                 segment_bytes: typed.segment_bytes.max(1024) as u64,
                 segment_ms: (typed.segment_ms > 0).then_some(typed.segment_ms as u64),

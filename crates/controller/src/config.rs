@@ -27,9 +27,12 @@ pub const FLUSH_MS: &str = "flush.ms";
 /// `compression.type`: `producer` keeps each batch as the producer compressed it;
 /// a codec (or `uncompressed`) makes the leader recompress batches into it.
 pub const COMPRESSION_TYPE: &str = "compression.type";
+/// `message.timestamp.type`: `CreateTime` keeps the producer's timestamps;
+/// `LogAppendTime` makes the leader stamp each batch with its append time.
+pub const MESSAGE_TIMESTAMP_TYPE: &str = "message.timestamp.type";
 
 /// Every topic config key the controller accepts.
-pub const TOPIC_CONFIG_KEYS: [&str; 10] = [
+pub const TOPIC_CONFIG_KEYS: [&str; 11] = [
     MIN_INSYNC_REPLICAS,
     UNCLEAN_LEADER_ELECTION_ENABLE,
     RETENTION_MS,
@@ -40,6 +43,7 @@ pub const TOPIC_CONFIG_KEYS: [&str; 10] = [
     FLUSH_MESSAGES,
     FLUSH_MS,
     COMPRESSION_TYPE,
+    MESSAGE_TIMESTAMP_TYPE,
 ];
 
 /// A topic config key or value that is not accepted; the message names the key and
@@ -76,6 +80,8 @@ pub struct TopicConfig {
     pub flush_ms: i64,
     /// `compression.type` (`producer`: `None`; `uncompressed`: `Some(None)`).
     pub compression_type: Option<Compression>,
+    /// `message.timestamp.type` (`CreateTime`: false; `LogAppendTime`: true).
+    pub log_append_time: bool,
 }
 
 /// The text of a `compression.type` value, Kafka's topic-level names.
@@ -100,7 +106,17 @@ impl Default for TopicConfig {
             flush_messages: i64::MAX,
             flush_ms: i64::MAX,
             compression_type: None,
+            log_append_time: false,
         }
+    }
+}
+
+/// The text of a `message.timestamp.type` value.
+fn timestamp_type_name(log_append_time: bool) -> &'static str {
+    if log_append_time {
+        "LogAppendTime"
+    } else {
+        "CreateTime"
     }
 }
 
@@ -190,6 +206,10 @@ impl TopicConfig {
                 COMPRESSION_TYPE,
                 compression_name(self.compression_type).to_string(),
             ),
+            (
+                MESSAGE_TIMESTAMP_TYPE,
+                timestamp_type_name(self.log_append_time).to_string(),
+            ),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
@@ -277,6 +297,14 @@ impl TopicConfig {
                     .ok_or_else(|| invalid("producer, uncompressed, gzip, snappy, lz4 or zstd"))?;
                 self.compression_type = accepted;
                 Ok(compression_name(accepted).to_string())
+            }
+            MESSAGE_TIMESTAMP_TYPE => {
+                let accepted = [false, true]
+                    .into_iter()
+                    .find(|&l| timestamp_type_name(l).eq_ignore_ascii_case(raw.trim()))
+                    .ok_or_else(|| invalid("CreateTime or LogAppendTime"))?;
+                self.log_append_time = accepted;
+                Ok(timestamp_type_name(accepted).to_string())
             }
             _ => Err(InvalidConfig {
                 key: key.to_owned(),

@@ -98,7 +98,7 @@ async fn list_offsets_and_unknown_api() {
         (T + 11, (-1, -1)),
         (syncline_proto::MAX_TIMESTAMP, (4, T + 10)),
     ] {
-        let p = list_offset(&conn, ts).await;
+        let p = list_offset(&conn, "t", ts).await;
         assert_eq!(
             (p.error_code, (p.offset, p.timestamp)),
             (0, want),
@@ -106,7 +106,7 @@ async fn list_offsets_and_unknown_api() {
         );
     }
     assert_eq!(
-        list_offset(&conn, -4).await.error_code,
+        list_offset(&conn, "t", -4).await.error_code,
         ErrorCode::InvalidRequest as i32
     );
     // A request with no body (unknown API key) gets an error, not a closed connection.
@@ -117,13 +117,17 @@ async fn list_offsets_and_unknown_api() {
     assert!(matches!(resp, Resp::Metadata(_)));
 }
 
-async fn list_offset(conn: &Connection, timestamp: i64) -> pb::ListOffsetsPartitionResponse {
+async fn list_offset(
+    conn: &Connection,
+    topic: &str,
+    timestamp: i64,
+) -> pb::ListOffsetsPartitionResponse {
     let resp = conn
         .send(Body::ListOffsets(pb::ListOffsetsRequest {
             replica_id: -1,
             isolation_level: 0,
             topics: vec![pb::ListOffsetsTopic {
-                name: "t".into(),
+                name: topic.into(),
                 partitions: vec![pb::ListOffsetsPartition {
                     partition: 0,
                     current_leader_epoch: None,
@@ -137,6 +141,62 @@ async fn list_offset(conn: &Connection, timestamp: i64) -> pb::ListOffsetsPartit
         panic!("{resp:?}")
     };
     r.topics.remove(0).partitions.remove(0)
+}
+
+/// `message.timestamp.type=LogAppendTime`: the leader stamps each batch with its
+/// append time (answered in the produce response), the followers store the
+/// stamped batch (its CRC holds: acks=all came back), every record reads with
+/// that time, and ListOffsets by timestamp finds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_append_time_topics_carry_the_leaders_append_time() {
+    let cluster = TestCluster::start(3, "").await;
+    cluster
+        .create_topic(
+            "stamped",
+            1,
+            3,
+            &[("message.timestamp.type", "LogAppendTime")],
+        )
+        .await;
+    cluster.create_topic("plain", 1, 3, &[]).await;
+    let leader = cluster.partition_metadata(1, "stamped", 0).await.leader_id;
+    let conn = cluster.connect(leader).await;
+    let before = syncline_proto::wall_clock_ms();
+    let r = produce(&conn, "stamped", 0, -1, batch(&[b"a", b"b"])).await;
+    let after = syncline_proto::wall_clock_ms();
+    assert_eq!(r.error_code, 0, "{r:?}");
+    let stamp = r.log_append_time_ms;
+    assert!(
+        (before..=after).contains(&stamp),
+        "{before} {stamp} {after}"
+    );
+    let data = fetch(&conn, "stamped", 0, 0).await;
+    let (header, bytes) = syncline_proto::batch::split(&data.records)
+        .next()
+        .unwrap()
+        .unwrap();
+    assert!(header.is_log_append_time());
+    let times: Vec<i64> = syncline_proto::batch::records(bytes)
+        .unwrap()
+        .iter()
+        .map(|r| r.unwrap().timestamp)
+        .collect();
+    assert_eq!(times, vec![stamp, stamp]);
+    let found = list_offset(&conn, "stamped", stamp).await;
+    assert_eq!((found.offset, found.timestamp), (0, stamp));
+    // The followers appended the stamped batch (they verify its CRC).
+    for id in 1..=3 {
+        assert_eq!(
+            cluster.replica(id, "stamped", 0).log_end_offset(),
+            2,
+            "broker {id}"
+        );
+    }
+    // A CreateTime topic keeps the producer's time, and answers -1.
+    let plain_leader = cluster.partition_metadata(1, "plain", 0).await.leader_id;
+    let conn = cluster.connect(plain_leader).await;
+    let r = produce(&conn, "plain", 0, -1, batch(&[b"a"])).await;
+    assert_eq!((r.error_code, r.log_append_time_ms), (0, -1));
 }
 
 /// Kafka's rule: an offset commit for a topic or partition the cluster does not

@@ -304,6 +304,33 @@ pub fn recompress_all(buf: &Bytes, codec: Compression) -> Result<Bytes, BatchErr
     Ok(out.map_or_else(|| buf.clone(), BytesMut::freeze))
 }
 
+/// Every batch of `buf` (validated) stamped with the broker's append time, as
+/// Kafka's `message.timestamp.type=LogAppendTime` does: the timestamp-type bit
+/// set, `max_timestamp` = `now_ms` (every record's timestamp, for readers), and
+/// the CRC recomputed. The records themselves are untouched.
+pub fn with_log_append_time(buf: &Bytes, now_ms: i64) -> Result<Bytes, BatchError> {
+    let mut out = BytesMut::from(&buf[..]);
+    let mut at = 0;
+    while at < out.len() {
+        let header = BatchHeader::parse(&out[at..])?;
+        let end = at + header.total_len();
+        if end > out.len() {
+            return Err(BatchError::Truncated {
+                needed: header.total_len(),
+                available: out.len() - at,
+            });
+        }
+        let batch = &mut out[at..end];
+        let attributes = header.attributes | LOG_APPEND_TIME_FLAG;
+        batch[ATTRIBUTES_AT..ATTRIBUTES_AT + 2].copy_from_slice(&attributes.to_be_bytes());
+        batch[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8].copy_from_slice(&now_ms.to_be_bytes());
+        let crc = compute_crc(batch);
+        batch[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+        at = end;
+    }
+    Ok(out.freeze())
+}
+
 /// Checks the CRC and sizes of one whole batch (what a follower checks on bytes
 /// that the leader validated already).
 pub fn verify_crc(batch: &[u8]) -> Result<BatchHeader, BatchError> {
@@ -637,11 +664,15 @@ impl<'a> Iterator for Records<'a> {
         match parsed {
             Ok((offset, view)) => Some(Ok(Record {
                 offset,
-                // Two's complement, as Kafka reads it (and the builder writes it).
-                timestamp: self
-                    .header
-                    .base_timestamp
-                    .wrapping_add(view.timestamp_delta),
+                // LogAppendTime: the broker's time, for every record. Else two's
+                // complement, as Kafka reads it (and the builder writes it).
+                timestamp: if self.header.is_log_append_time() {
+                    self.header.max_timestamp
+                } else {
+                    self.header
+                        .base_timestamp
+                        .wrapping_add(view.timestamp_delta)
+                },
                 view,
             })),
             Err(e) => {
@@ -1206,5 +1237,39 @@ mod tests {
             let mut s = &out[..];
             assert_eq!(read_varlong(&mut s).unwrap(), v);
         }
+    }
+
+    #[test]
+    fn log_append_time_stamps_every_batch_and_keeps_it_valid() {
+        let mut two = BytesMut::new();
+        two.extend_from_slice(&compressed(Compression::None, 3, b"v"));
+        two.extend_from_slice(&compressed(Compression::Lz4, 2, b"w"));
+        let two = two.freeze();
+        let stamped = with_log_append_time(&two, 9_999).unwrap();
+        assert_eq!(stamped.len(), two.len());
+        let mut seen = 0;
+        for b in split(&stamped) {
+            let (_, bytes) = b.unwrap();
+            // The CRC was recomputed: the batch validates.
+            let header = validate(bytes).unwrap();
+            assert!(header.is_log_append_time());
+            assert_eq!(header.max_timestamp, 9_999);
+            assert_eq!(header.base_timestamp, 1_000, "records untouched");
+            for r in records(bytes).unwrap().iter() {
+                assert_eq!(r.unwrap().timestamp, 9_999);
+                seen += 1;
+            }
+        }
+        assert_eq!(seen, 5);
+        // CreateTime batches read their own times.
+        let plain: Vec<i64> = records(&compressed(Compression::None, 3, b"v"))
+            .unwrap()
+            .iter()
+            .map(|r| r.unwrap().timestamp)
+            .collect();
+        assert_eq!(plain, vec![1_000, 1_001, 1_002]);
+        let mut cut = two.to_vec();
+        cut.truncate(two.len() - 1);
+        assert!(with_log_append_time(&Bytes::from(cut), 1).is_err());
     }
 }

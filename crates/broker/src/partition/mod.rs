@@ -22,7 +22,7 @@ pub mod leader_state;
 pub mod truncation;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -146,6 +146,8 @@ pub struct Partition {
     /// The topic's `compression.type` as a codec id, [`PRODUCER_CODEC`] for
     /// `producer`: read on every produce, written when the config changes.
     compression: AtomicU8,
+    /// The topic's `message.timestamp.type` is `LogAppendTime`.
+    log_append_time: AtomicBool,
 }
 
 /// [`Partition::compression`] of `compression.type=producer`.
@@ -256,6 +258,7 @@ impl Partition {
             log_end_offset: AtomicI64::new(core.log_end_offset()),
             high_watermark: AtomicI64::new(core.high_watermark()),
             compression: AtomicU8::new(codec_id(config.compression)),
+            log_append_time: AtomicBool::new(config.log_append_time),
             log: RwLock::new(log),
             core: Mutex::new(core),
         })
@@ -622,6 +625,12 @@ impl Partition {
         }
     }
 
+    /// The topic's `message.timestamp.type` is `LogAppendTime`: produced
+    /// batches are stamped with the leader's append time.
+    pub fn log_append_time(&self) -> bool {
+        self.log_append_time.load(Ordering::Relaxed)
+    }
+
     // --- role changes ---
 
     /// Applies the controller's announcement, with the topic's config.
@@ -636,6 +645,8 @@ impl Partition {
         // appends are not held up by a write lock for nothing.
         self.compression
             .store(codec_id(config.compression), Ordering::Relaxed);
+        self.log_append_time
+            .store(config.log_append_time, Ordering::Relaxed);
         let changed = *self.log.read().config() != config.log;
         if changed {
             tracing::info!(partition = %self.tp, config = ?config.log, "log config changed");

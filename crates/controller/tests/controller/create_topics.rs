@@ -184,6 +184,7 @@ fn defaults_fill_in_and_are_echoed() {
         ("flush.messages", "9223372036854775807"),
         ("flush.ms", "9223372036854775807"),
         ("compression.type", "producer"),
+        ("message.timestamp.type", "CreateTime"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
@@ -279,6 +280,8 @@ fn invalid_topics_are_refused_one_by_one() {
         ("flush-msgs", 1, 1, vec![("flush.messages", "0")], InvalidConfig, "flush.messages"),
         ("flush-ms", 1, 1, vec![("flush.ms", "-1")], InvalidConfig, "flush.ms"),
         ("flush-ms-ok", 1, 1, vec![("flush.ms", "0")], None, ""),
+        ("ts-type", 1, 1, vec![("message.timestamp.type", "BrokerTime")], InvalidConfig, "CreateTime or LogAppendTime"),
+        ("ts-type-ok", 1, 1, vec![("message.timestamp.type", "logappendtime")], None, ""),
     ];
     let topics: Vec<pb::CreatableTopic> = cases
         .iter()
