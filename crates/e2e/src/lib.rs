@@ -46,12 +46,33 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
-/// A free loopback port (bound then released; the caller binds it soon after).
+/// Where [`free_port`] looks: below the kernel's ephemeral range
+/// (net.ipv4.ip_local_port_range, 32768-60999 by default).
+const FREE_PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+/// A free loopback port for a broker to bind soon after (bound then released).
+/// Chosen at random below the ephemeral range, as scripts/lib.sh's
+/// `free_ports` does: a port the kernel hands out as an outgoing connection's
+/// source port (brokers connecting to each other while a third starts) could
+/// otherwise be taken before the broker meant to listen on it binds it. Never
+/// the same port twice in one test process.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    use rand::Rng;
+    static HANDED_OUT: parking_lot::Mutex<Vec<u16>> = parking_lot::Mutex::new(Vec::new());
+    let mut handed_out = HANDED_OUT.lock();
+    let mut rng = rand::rng();
+    for _ in 0..1_000 {
+        let port = rng.random_range(FREE_PORTS);
+        if !handed_out.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            handed_out.push(port);
+            return port;
+        }
+    }
+    panic!(
+        "no free port between {} and {}",
+        FREE_PORTS.start,
+        FREE_PORTS.end - 1
+    )
 }
 
 /// Polls `cond` every 20 ms until it holds or `timeout` passes; panics naming

@@ -139,20 +139,33 @@ fn values(c: &LineClient) -> Vec<String> {
     c.tagged("MSG").into_iter().map(|w| w[2].clone()).collect()
 }
 
-/// confluent-kafka: an idempotent acks=all producer loses nothing it was told
-/// was written across a leader's SIGKILL; then a group of consumers
-/// rebalances when a member joins, crashes (SIGKILL: the session expires) and
-/// leaves, between them reads every acknowledged record, and a later member
-/// resumes from the committed offsets.
+/// confluent-kafka (librdkafka): an idempotent acks=all producer loses
+/// nothing it was told was written across a leader's SIGKILL; then a group of
+/// consumers rebalances when a member joins, crashes (SIGKILL: the session
+/// expires) and leaves, between them reads every acknowledged record, and a
+/// later member resumes from the committed offsets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn confluent_kafka_group_rebalances_on_join_crash_and_leave_and_loses_nothing_acked() {
+    leader_kill_then_group_story("confluent_clients.py").await;
+}
+
+/// The same story with kafka-python, a Kafka client implementation of its
+/// own (its producer's idempotence and retries, its group coordinator
+/// client).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_python_group_rebalances_on_join_crash_and_leave_and_loses_nothing_acked() {
+    leader_kill_then_group_story("kafka_python_clients.py").await;
+}
+
+/// A producer across a leader kill, then a group's join, crash, leave and
+/// resume, with the Python client `script` (crates/e2e/python/).
+async fn leader_kill_then_group_story(script: &str) {
     const COUNT: usize = 600;
     const PARTITIONS: usize = 6;
     let mut cluster = Cluster::start_quorum(3, 3, &format!("{FAST_TIMERS}{GROUPS}")).await;
     create_topic(&cluster, TOPIC, PARTITIONS as i32, 3, 2);
     let before = by_partition(&wait_full_isr(&cluster, 1, TOPIC, WAIT).await);
     let bootstrap = cluster.kafka_bootstrap();
-    let script = "confluent_clients.py";
 
     let count = COUNT.to_string();
     let mut producer =
