@@ -18,12 +18,18 @@
 #   (f) produce latency at 50% of (b)'s rate;  (g) end-to-end latency;
 #   (h) and (i): (b) with compression.type=lz4 and zstd;
 #   (j) (b) with enable.idempotence=false (what idempotence costs);
+#   (k) (b) through the brokers' Kafka listeners, with librdkafka as the
+#       producer (confluent-kafka, scripts/bench/kafka_producer.py);
 # then the floor again (how far the machine drifted during the run), and each
 # broker's peak RSS (VmHWM in /proc). Every figure is given with its
 # ratio to the floor. Everything started here is stopped on every exit path.
 #
-# Environment: BENCH_RECORDS (records for b/c/d), BENCH_PARTITIONS (3),
-# BENCH_PRODUCER_PROPS (extra producer settings for b/c/d/f, Kafka names).
+# Kafka's Python clients are installed into target/kafka-clients (a venv, as
+# scripts/test.sh does) when missing.
+#
+# Environment: BENCH_RECORDS (records for b/c/d/k), BENCH_PARTITIONS (3),
+# BENCH_PRODUCER_PROPS (extra producer settings for b/c/d/f/k, Kafka names;
+# (k) hands them to librdkafka as they are).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$PWD"
@@ -74,6 +80,11 @@ if [ "$mode" = full ] && ! python3 -c 'import matplotlib' 2>/dev/null; then
         exit 1
     }
 fi
+# librdkafka for (k): confluent-kafka in the venv scripts/test.sh uses too.
+ensure_kafka_clients
+kafka_python="$repo/$KAFKA_VENV/bin/python"
+"$kafka_python" -c 'import confluent_kafka' ||
+    die "confluent-kafka is not importable from $kafka_python (remove $KAFKA_VENV and run again)"
 
 echo "==> building release binaries"
 cargo build --release --quiet --bin synclined --bin syncline --bin rf3-floor
@@ -111,9 +122,11 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 echo "==> starting three brokers in $work"
-mapfile -t ports < <(free_ports 6)
-[ "${#ports[@]}" -eq 6 ] || die "no 6 free ports found on 127.0.0.1"
+# Per broker: its own listener, metrics, and a Kafka wire-protocol listener (k).
+mapfile -t ports < <(free_ports 9)
+[ "${#ports[@]}" -eq 9 ] || die "no 9 free ports found on 127.0.0.1"
 bootstrap="127.0.0.1:${ports[0]},127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}"
+kafka_bootstrap="127.0.0.1:${ports[6]},127.0.0.1:${ports[7]},127.0.0.1:${ports[8]}"
 # As the shipped config/: every broker is also a controller voter.
 voters="1@127.0.0.1:${ports[0]},2@127.0.0.1:${ports[1]},3@127.0.0.1:${ports[2]}"
 for id in 1 2 3; do
@@ -124,6 +137,7 @@ log_dirs = "$work/data-$id"
 process_roles = "broker,controller"
 controller_quorum_voters = "$voters"
 metrics_listen = "127.0.0.1:${ports[$((id + 2))]}"
+kafka_listeners = "127.0.0.1:${ports[$((id + 5))]}"
 EOF
     RUST_LOG=warn "$bin/synclined" --config "$work/broker-$id.toml" > "$work/broker-$id.log" 2>&1 &
     pids+=("$!")
@@ -204,6 +218,7 @@ create_topic bench-e2e 3 1
 create_topic bench-rf3-lz4 3 "$partitions"
 create_topic bench-rf3-zstd 3 "$partitions"
 create_topic bench-rf3-plain 3 "$partitions"
+create_topic bench-rf3-kafka 3 "$partitions"
 
 echo "==> (b) RF 3, acks=all, $records x $record_size B"
 perf_produce b-rf3-acks-all bench-rf3 all "$records" -1
@@ -219,6 +234,12 @@ perf_produce i-zstd bench-rf3-zstd all "$records" -1 compression.type=zstd
 
 echo "==> (j) RF 3, acks=all, enable.idempotence=false"
 perf_produce j-plain bench-rf3-plain all "$records" -1 enable.idempotence=false
+
+echo "==> (k) RF 3, acks=all, $records x $record_size B, librdkafka via the Kafka listeners"
+settle
+# shellcheck disable=SC2086 # producer_props is a list of KEY=VALUE words
+"$kafka_python" "$repo/scripts/bench/kafka_producer.py" "$kafka_bootstrap" bench-rf3-kafka \
+    "$records" "$record_size" "$work/k-librdkafka.json" acks=all $producer_props 2>&1 | sed 's/^/    /'
 
 echo "==> (e) consumer: $records records from bench-rf3"
 settle
@@ -277,6 +298,7 @@ floor = float(re.search(r"baseline_rf3_loopback_MBps ([0-9.]+)", floor_line).gro
 b, c, d = load("b-rf3-acks-all"), load("c-rf3-acks-1"), load("d-rf1")
 e, f, g = load("e-consume"), load("f-latency"), load("g-e2e")
 h, i, j = load("h-lz4"), load("i-zstd"), load("j-plain")
+k = load("k-librdkafka")
 rss = [int(open(os.path.join(work, f"rss-{i}.kib")).read().strip() or 0) / 1024 for i in (1, 2, 3)]
 
 MB = 1e6  # the floor tool's unit: 10^6 bytes
@@ -290,6 +312,8 @@ def tp(label, r, target=None):
 rows.append(("(a) floor, RF 3 raw TCP + files", f"{floor:.1f} MB/s", "1.00", "", None))
 j_mbs = j["bytes_per_sec"] / MB
 b_mbs = tp("(b) RF 3 acks=all, 1 KiB", b, ("≥ 0.5 × floor (stretch 0.7)", lambda m: m >= 0.5 * floor))
+k_mbs = k["bytes_per_sec"] / MB
+tp("(k) RF 3 acks=all, 1 KiB, librdkafka via the Kafka listener", k, (f"(k)/(b) = {k_mbs / b_mbs:.2f}", lambda m: None))
 tp("(c) RF 3 acks=1", c)
 tp("(d) RF 1", d)
 tp("(h) RF 3 acks=all, lz4", h)
@@ -335,9 +359,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
-labels = ["floor\n(raw RF 3)", "RF 3\nacks=all", "RF 3\nacks=1", "RF 1", "consumer"]
-values = [floor, b_mbs, c["bytes_per_sec"] / MB, d["bytes_per_sec"] / MB, e_mbs]
-colors = ["#999999", "#1f77b4", "#4a9ad4", "#8cbfe6", "#2ca02c"]
+labels = ["floor\n(raw RF 3)", "RF 3\nacks=all", "librdkafka\nRF 3 acks=all", "RF 3\nacks=1", "RF 1", "consumer"]
+values = [floor, b_mbs, k_mbs, c["bytes_per_sec"] / MB, d["bytes_per_sec"] / MB, e_mbs]
+colors = ["#999999", "#1f77b4", "#ff7f0e", "#4a9ad4", "#8cbfe6", "#2ca02c"]
 bars = ax1.bar(labels, values, color=colors)
 for bar, v in zip(bars, values):
     ax1.annotate(f"{v:.0f}\n({v / floor:.2f}×)", (bar.get_x() + bar.get_width() / 2, v),
@@ -377,6 +401,7 @@ try:
         rev += " with uncommitted changes"
 except OSError:
     rev = "?"
+k_config = " ".join(f"{key}={val}" for key, val in k["config"].items())
 table = ["| figure | value | ratio to floor | target | |", "|---|---|---|---|---|"]
 for r in rows:
     table.append(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {mark(r[4])} |")
@@ -416,6 +441,22 @@ MB is 10^6 bytes here (the floor tool's unit); `syncline perf` prints Kafka's MB
   producer, the default (producer ids, sequence numbers, up to 5 batches of a
   partition in flight): the target is that idempotence costs at most 5 %, i.e.
   (b) ≥ 0.95 × (j).
+- **(k)**: (b)'s load through the brokers' Kafka wire-protocol listeners
+  (`kafka_listeners`), with librdkafka as the producer: {k['client']},
+  driven by `scripts/bench/kafka_producer.py` ({k['records']:,} records of
+  {k['record_size']} B, no key, one random payload as the perf tool sends, to a
+  topic like (b)'s) with `{k_config}`.
+  Counted from the first `produce()` to the last delivery report, after one
+  uncounted record per partition (librdkafka asks for its producer id on a
+  timer that first fires 500 ms after start, and connects to each leader); the Python
+  loop that feeds librdkafka shares the cores with the brokers, as the perf
+  tool does. (k)/(b) compares the two ways in: Kafka's protocol and librdkafka
+  against syncline's own protocol and client, on the same brokers. librdkafka
+  2.16's idempotent producer keeps one ProduceRequest in flight per broker
+  (its `debug=protocol` log shows it; not idempotent, it pipelines), where (b)
+  keeps up to 5: with 128 KiB batches each broker gets one batch per acks=all
+  round trip, and librdkafka's broker threads poll busily meanwhile, taking
+  CPU from the brokers on a small machine.
 - **(e)**: `syncline perf consume` of the records (b) wrote, from the log start.
 - **(f)**: `syncline perf produce` with acks=all at half of (b)'s rate, half as
   many records (so as long as (b) ran); latency is from `send` to the

@@ -209,6 +209,31 @@ stop_wait_ready() {
     return 0
 }
 
+# ---------------------------------------------------------------- Kafka's clients
+
+# ensure_kafka_clients: Kafka's Python clients (confluent-kafka bundles
+# librdkafka; kafka-python is pure Python) in a venv of their own,
+# KAFKA_VENV=target/kafka-clients (relative to the working directory: the
+# repository root), installed when missing (python3-venv from apt first if
+# python3 cannot make a venv). Sets KAFKA_VENV and KAFKA_PY_PACKAGES.
+ensure_kafka_clients() {
+    KAFKA_VENV=target/kafka-clients
+    KAFKA_PY_PACKAGES="confluent-kafka==2.16.1 kafka-python==3.0.12"
+    if ! "$KAFKA_VENV/bin/python" -c "import confluent_kafka, kafka" >/dev/null 2>&1; then
+        echo "==> installing Kafka's Python clients into $KAFKA_VENV ($KAFKA_PY_PACKAGES)"
+        if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c "import ensurepip" >/dev/null 2>&1; then
+            local sudo_if_needed=""
+            [ "$(id -u)" = 0 ] || sudo_if_needed="sudo"
+            $sudo_if_needed apt-get update -qq
+            DEBIAN_FRONTEND=noninteractive $sudo_if_needed apt-get install -y -qq python3 python3-venv >/dev/null
+        fi
+        rm -rf "$KAFKA_VENV"
+        python3 -m venv "$KAFKA_VENV"
+        # shellcheck disable=SC2086 # a list of package==version words
+        "$KAFKA_VENV/bin/pip" install -q $KAFKA_PY_PACKAGES
+    fi
+}
+
 # ---------------------------------------------------------------- build, Docker
 
 # build_bins PROFILE: cargo build [--release] --bins (PROFILE release or
