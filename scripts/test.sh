@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs the whole test suite (what CI runs). Needs the Rust toolchain, and
-# installs kcat (apt) and Kafka's Python clients (a venv under target/) when
-# missing: the end-to-end tests start the real binaries, built here first, and
-# the Kafka listener's run Kafka's clients against them.
+# installs kcat (apt), Kafka's Python clients (a venv under target/) and
+# librdkafka's test suite (built from the rdkafka-sys crate's source, with
+# Debian's compilers) when missing: the end-to-end tests start the real
+# binaries, built here first, and the Kafka listener's run Kafka's clients and
+# test suites against them.
 #   scripts/test.sh            all tests
 #   scripts/test.sh FILTER...  extra arguments go to the test runner
 set -euo pipefail
@@ -19,22 +21,16 @@ fi
 
 # And Kafka's Python clients (confluent-kafka bundles librdkafka; kafka-python
 # is pure Python), in a venv of their own under target/.
-KAFKA_VENV=target/kafka-clients
-KAFKA_PY_PACKAGES="confluent-kafka==2.16.1 kafka-python==3.0.12"
-if ! "$KAFKA_VENV/bin/python" -c "import confluent_kafka, kafka" >/dev/null 2>&1; then
-    echo "==> installing Kafka's Python clients into $KAFKA_VENV ($KAFKA_PY_PACKAGES)"
-    if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c "import ensurepip" >/dev/null 2>&1; then
-        sudo_if_needed=""
-        [ "$(id -u)" = 0 ] || sudo_if_needed="sudo"
-        $sudo_if_needed apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive $sudo_if_needed apt-get install -y -qq python3 python3-venv >/dev/null
-    fi
-    rm -rf "$KAFKA_VENV"
-    python3 -m venv "$KAFKA_VENV"
-    # shellcheck disable=SC2086
-    "$KAFKA_VENV/bin/pip" install -q $KAFKA_PY_PACKAGES
-fi
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+ensure_kafka_clients
 export SYNCLINE_KAFKA_PYTHON="$PWD/$KAFKA_VENV/bin/python"
+# kafka-python's own integration tests (its sdist) and pytest, into that venv.
+scripts/kafka-python-tests.sh fetch
+
+# librdkafka's own test suite (crates/e2e/librdkafka/): its source from the
+# rdkafka-sys crate, built once into target/librdkafka-tests/.
+scripts/librdkafka-tests.sh build
 
 echo "==> building binaries (the end-to-end tests run them)"
 cargo build --workspace --bins
