@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # librdkafka's own test suite against syncline: the tests/ directory of the
-# librdkafka source that the rdkafka-sys crate ships on crates.io, built here,
+# librdkafka source that the rdkafka-sys crate ships, built here,
 # and run by crates/e2e/tests/librdkafka_suite.rs against a three-node cluster
 # (the curated list and each exclusion's reason: crates/e2e/librdkafka/).
 #
