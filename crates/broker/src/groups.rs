@@ -394,6 +394,7 @@ impl ShardTask {
 
     fn handle(&mut self, command: Command) -> Effects {
         let now = now_ms();
+        tracing::debug!(partition = self.partition, ?command, "group request");
         match command {
             Command::Join(r, responder) => {
                 let id = self.hold(responder);
@@ -478,6 +479,7 @@ impl ShardTask {
         done: &mpsc::UnboundedSender<(AppendId, Result<(), i16>)>,
     ) {
         for (id, reply) in effects.replies {
+            tracing::debug!(partition = self.partition, ?reply, "group reply");
             if let Some(responder) = self.waiting.remove(&id) {
                 responder.send(reply_body(reply));
             }
