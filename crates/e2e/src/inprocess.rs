@@ -270,6 +270,28 @@ impl TestCluster {
         assert_eq!(r.topics[0].error_code, 0, "{:?}", r.topics[0]);
     }
 
+    /// The partition's leader once it has taken its role (CreateTopics
+    /// answers when broker 1 knows the leaders; the leader itself may apply
+    /// the announcement a little later). Panics after 10 s.
+    pub async fn leader_in_role(&self, topic: &str, partition: i32) -> i32 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let leader = self.partition_metadata(1, topic, partition).await.leader_id;
+            if leader > 0
+                && self
+                    .try_replica(leader, topic, partition)
+                    .is_some_and(|p| p.is_leader())
+            {
+                return leader;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{topic}-{partition} has no leader in its role after 10 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// The partition's state as broker `via` knows it.
     pub async fn partition_metadata(
         &self,

@@ -95,7 +95,7 @@ fn others(leader: i32) -> Vec<i32> {
 async fn forged_follower_fetch(authenticated: bool) {
     let faults = Faults::new();
     let cluster = start(authenticated, Some(faults.clone())).await;
-    let leader = cluster.partition_metadata(1, TOPIC, 0).await.leader_id;
+    let leader = cluster.leader_in_role(TOPIC, 0).await;
     for f in others(leader) {
         faults.cut(leader, f);
     }

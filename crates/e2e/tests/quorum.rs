@@ -390,6 +390,10 @@ async fn an_isr_shrink_committed_before_a_controller_change_binds_the_next_contr
     // The follower can no longer fetch, but still heartbeats; a record it cannot
     // fetch puts it behind, and the leader removes it from the ISR (the active
     // controller commits that).
+    assert_eq!(
+        cluster.leader_in_role(TOPIC, target.partition).await,
+        leader
+    );
     faults.cut(leader, lagging);
     let conn = cluster.connect(leader).await;
     let r = inprocess::produce(&conn, TOPIC, target.partition, 1, inprocess::batch(&[b"x"])).await;

@@ -159,7 +159,7 @@ async fn log_append_time_topics_carry_the_leaders_append_time() {
         )
         .await;
     cluster.create_topic("plain", 1, 3, &[]).await;
-    let leader = cluster.partition_metadata(1, "stamped", 0).await.leader_id;
+    let leader = cluster.leader_in_role("stamped", 0).await;
     let conn = cluster.connect(leader).await;
     let before = syncline_proto::wall_clock_ms();
     let r = produce(&conn, "stamped", 0, -1, batch(&[b"a", b"b"])).await;
@@ -193,7 +193,7 @@ async fn log_append_time_topics_carry_the_leaders_append_time() {
         );
     }
     // A CreateTime topic keeps the producer's time, and answers -1.
-    let plain_leader = cluster.partition_metadata(1, "plain", 0).await.leader_id;
+    let plain_leader = cluster.leader_in_role("plain", 0).await;
     let conn = cluster.connect(plain_leader).await;
     let r = produce(&conn, "plain", 0, -1, batch(&[b"a"])).await;
     assert_eq!((r.error_code, r.log_append_time_ms), (0, -1));
