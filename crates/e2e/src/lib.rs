@@ -46,6 +46,26 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
+/// Kills a process group (a test runner and whatever it started) when
+/// dropped, on every path; start the leader with `process_group(0)`.
+#[derive(Debug)]
+pub struct ProcessGroup(pub Option<i32>);
+
+impl ProcessGroup {
+    /// Kills the group now (once).
+    pub fn kill(&mut self) {
+        if let Some(pgid) = self.0.take() {
+            let _ = nix::sys::signal::killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+        }
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 /// Where [`free_port`] looks: below the kernel's ephemeral range
 /// (net.ipv4.ip_local_port_range, 32768-60999 by default).
 const FREE_PORTS: std::ops::Range<u16> = 20_000..32_000;

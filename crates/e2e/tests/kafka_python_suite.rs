@@ -18,11 +18,10 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
 use serde_json::Value;
 use syncline_e2e::checks::FAST_TIMERS;
 use syncline_e2e::kcat::kafka_python;
+use syncline_e2e::ProcessGroup;
 use syncline_e2e::{bin, bin_dir, Cluster};
 use tokio::process::Command;
 use tokio::time::Instant;
@@ -142,24 +141,6 @@ fn suite_source() -> (PathBuf, String) {
         ),
     }
     (source, python)
-}
-
-/// Kills pytest's process group (pytest and whatever it started) when
-/// dropped, on every path.
-struct ProcessGroup(Option<i32>);
-
-impl ProcessGroup {
-    fn kill(&mut self) {
-        if let Some(pgid) = self.0.take() {
-            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-        }
-    }
-}
-
-impl Drop for ProcessGroup {
-    fn drop(&mut self) {
-        self.kill();
-    }
 }
 
 /// pytest's closing counts (`== 31 passed, 1 skipped, 2 deselected, 218

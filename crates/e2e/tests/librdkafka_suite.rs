@@ -18,10 +18,9 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
 use serde_json::Value;
 use syncline_e2e::checks::FAST_TIMERS;
+use syncline_e2e::ProcessGroup;
 use syncline_e2e::{bin, bin_dir, Cluster};
 use tokio::process::Command;
 use tokio::time::Instant;
@@ -255,24 +254,6 @@ fn suite_source() -> PathBuf {
         runner.display()
     );
     source
-}
-
-/// Kills the runner's process group (the runner and whatever it started, such
-/// as kafka-topics.sh) when dropped, on every path.
-struct ProcessGroup(Option<i32>);
-
-impl ProcessGroup {
-    fn kill(&mut self) {
-        if let Some(pgid) = self.0.take() {
-            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-        }
-    }
-}
-
-impl Drop for ProcessGroup {
-    fn drop(&mut self) {
-        self.kill();
-    }
 }
 
 /// Removes terminal colour sequences (`ESC [ ... letter`).
