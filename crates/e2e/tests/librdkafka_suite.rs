@@ -35,6 +35,7 @@ const PARTS: &[&str] = &[
     "groups",
     "group_extras",
     "subscriptions",
+    "max_poll",
     "noautocreate",
 ];
 /// The broker version the runner is told (`TEST_KAFKA_VERSION`): a KRaft-era
@@ -572,6 +573,11 @@ async fn librdkafka_group_extras() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn librdkafka_subscriptions() {
     run_part("subscriptions").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn librdkafka_max_poll() {
+    run_part("max_poll").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
