@@ -583,22 +583,24 @@ impl Partition {
         client_epoch: Option<i32>,
         from_replica: bool,
     ) -> Result<ListedOffset, ErrorCode> {
-        let core = self.core.lock();
-        let log = self.log.read();
-        core.list_offset(
-            timestamp,
-            client_epoch,
-            from_replica,
-            log.log_start_offset(),
-            |t| {
-                if t == syncline_proto::MAX_TIMESTAMP {
-                    log.offset_of_max_timestamp()
-                } else {
-                    log.offset_for_timestamp(t)
-                }
-                .map_err(storage)
-            },
-        )
+        // A lookup by time reads the log (index, headers, one batch): done
+        // under the log's read lock alone, never holding the core's lock, which
+        // every produce and follower fetch takes.
+        let (log_start, found) = {
+            let log = self.log.read();
+            let found = match timestamp {
+                syncline_proto::MAX_TIMESTAMP => Some(log.offset_of_max_timestamp()),
+                t if t >= 0 => Some(log.offset_for_timestamp(t)),
+                _ => None,
+            };
+            (log.log_start_offset(), found)
+        };
+        let found = found.map(|r| r.map_err(storage));
+        self.core
+            .lock()
+            .list_offset(timestamp, client_epoch, from_replica, log_start, |_| {
+                found.unwrap_or(Ok(None))
+            })
     }
 
     // --- leader: ISR ---
