@@ -40,13 +40,11 @@ SRC="$OUT/kafka_python-$KAFKA_PYTHON_VERSION"
 STAMP="$OUT/fetched"
 PYTHON="${SYNCLINE_KAFKA_PYTHON:-$PWD/target/kafka-clients/bin/python}"
 
-die() {
-    echo "kafka-python-tests.sh: error: $*" >&2
-    exit 1
-}
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 
 usage() {
-    sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+    usage_from_header "$0"
 }
 
 # What a finished fetch was made with; a different one is fetched again.

@@ -39,13 +39,11 @@ SRC="$OUT/librdkafka"
 STAMP="$OUT/built"
 JOBS="${LIBRDKAFKA_JOBS:-2}"
 
-die() {
-    echo "librdkafka-tests.sh: error: $*" >&2
-    exit 1
-}
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 
 usage() {
-    sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+    usage_from_header "$0"
 }
 
 # What a finished build was made from; a different one is rebuilt.
