@@ -4,7 +4,7 @@
 //!
 //!     cargo +nightly run --manifest-path fuzz/Cargo.toml --example seeds
 //!
-//! (`batch_builder` and `log_recovery` take structured input and start from nothing.)
+//! (`batch_builder`, `log_recovery` and `acl` take structured input and start from nothing.)
 //! `kafka_request`'s are Kafka request frames, encoded with the client half of
 //! `kafka-protocol`.
 

@@ -633,7 +633,10 @@ impl ScramServer {
                 "client-final: the channel binding does not echo the GS2 header of client-first",
             ));
         }
-        if nonce != pending.nonce {
+        // The nonce must end with the one server-first gave, as Kafka's
+        // brokers check it: librdkafka sends the client's nonce in front of
+        // the whole combined nonce again (and the proof covers what it sent).
+        if !nonce.ends_with(&pending.nonce) {
             return Err(ScramError::NonceMismatch);
         }
         let mechanism = self.mechanism;
@@ -1282,6 +1285,45 @@ mod tests {
             client.server_first(format!("m=x,{server_first}").as_bytes()),
             Err(ScramError::Unsupported(_))
         ));
+    }
+
+    /// librdkafka's client-final repeats its own nonce before the combined
+    /// one; Kafka's brokers accept a nonce that ends with theirs, and so does
+    /// this server. One that does not end with it is still refused.
+    #[test]
+    fn server_accepts_librdkafkas_doubled_client_nonce() {
+        let mechanism = Mechanism::ScramSha512;
+        let verifier = Verifier::new(mechanism, "pencil", b"saltsaltsaltsalt", 4096);
+        let final_with = |nonce_of: &dyn Fn(&str) -> String| {
+            let mut server = ScramServer::with_nonce(mechanism, "SRV");
+            let first = server
+                .client_first(b"n,,n=user,r=abc", |_| Some(verifier.clone()))
+                .unwrap();
+            let server_first = String::from_utf8(first).unwrap();
+            let combined = server_first
+                .strip_prefix("r=")
+                .and_then(|r| r.split(',').next())
+                .unwrap()
+                .to_string();
+            assert_eq!(combined, "abcSRV");
+            let without_proof = format!("c=biws,r={}", nonce_of(&combined));
+            let salted = mechanism.salted_password("pencil", b"saltsaltsaltsalt", 4096);
+            let keys = Keys::from_salted_password(mechanism, &salted);
+            let auth_message = format!("n=user,r=abc,{server_first},{without_proof}");
+            let signature = mechanism.hmac(&keys.stored_key, auth_message.as_bytes());
+            let proof = BASE64.encode(xor(&keys.client_key, &signature));
+            server.client_final(format!("{without_proof},p={proof}").as_bytes())
+        };
+        assert!(final_with(&|n| n.to_string()).is_ok(), "RFC 5802's nonce");
+        assert!(final_with(&|n| format!("abc{n}")).is_ok(), "librdkafka's");
+        assert_eq!(
+            final_with(&|n| format!("{n}x")),
+            Err(ScramError::NonceMismatch)
+        );
+        assert_eq!(
+            final_with(&|_| "abc".to_string()),
+            Err(ScramError::NonceMismatch)
+        );
     }
 
     #[test]

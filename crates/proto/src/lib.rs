@@ -148,11 +148,16 @@ pub fn api_name(body: &pb::request::Body) -> &'static str {
         Body::OffsetFetch(_) => "OffsetFetch",
         Body::ListGroups(_) => "ListGroups",
         Body::DescribeGroups(_) => "DescribeGroups",
+        Body::AlterUserScramCredentials(_) => "AlterUserScramCredentials",
+        Body::DescribeUserScramCredentials(_) => "DescribeUserScramCredentials",
+        Body::CreateAcls(_) => "CreateAcls",
+        Body::DeleteAcls(_) => "DeleteAcls",
+        Body::DescribeAcls(_) => "DescribeAcls",
     }
 }
 
 /// Every API name, in key order (for pre-registering metrics).
-pub const API_NAMES: [&str; 32] = [
+pub const API_NAMES: [&str; 37] = [
     "Produce",
     "Fetch",
     "ListOffsets",
@@ -185,4 +190,9 @@ pub const API_NAMES: [&str; 32] = [
     "OffsetFetch",
     "ListGroups",
     "DescribeGroups",
+    "AlterUserScramCredentials",
+    "DescribeUserScramCredentials",
+    "CreateAcls",
+    "DeleteAcls",
+    "DescribeAcls",
 ];
