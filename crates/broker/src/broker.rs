@@ -42,6 +42,8 @@ pub struct Broker {
     channel: Arc<ControllerChannel>,
     status: watch::Receiver<BrokerStatus>,
     auth: Arc<BrokerAuth>,
+    user_connections: crate::auth::UserConnections,
+    authorizer: Arc<crate::authorizer::Authorizer>,
     connections: Arc<crate::server::ConnectionLimits>,
     producer_ids: crate::producer_ids::ProducerIds,
     groups: crate::groups::GroupManager,
@@ -60,6 +62,16 @@ impl Broker {
     /// This broker's credential and its peers' verifiers.
     pub(crate) fn auth(&self) -> &BrokerAuth {
         &self.auth
+    }
+
+    /// The authenticated users' connections.
+    pub(crate) fn user_connections(&self) -> &crate::auth::UserConnections {
+        &self.user_connections
+    }
+
+    /// The cluster metadata as this broker knows it.
+    pub(crate) fn metadata(&self) -> &MetadataCache {
+        &self.metadata
     }
 
     /// This broker's metrics.
@@ -100,15 +112,42 @@ impl Broker {
             return;
         }
         let principal = responder.connection().principal();
-        if let Err(why) = crate::auth::authorize(&self.config, &body, principal) {
+        if let Err(why) = crate::auth::authorize(&self.config, &body, &principal) {
             self.metrics.authorization_failures.inc();
             tracing::debug!(%why, "refused an internal request");
             responder.send_error(ErrorCode::ClusterAuthorizationFailed, why);
             return;
         }
+        let mut responder = responder;
+        let checked = !responder.connection().internal && self.authorizer.checks(&principal);
+        let host = peer_host(&responder.connection().peer).to_string();
+        let body = if checked {
+            use crate::authorizer::Verdict;
+            match self
+                .authorizer
+                .check(body, &principal, &host, || self.metadata.acls())
+            {
+                Verdict::Serve(body) => body,
+                Verdict::Partial(body, patch) => {
+                    responder.set_patch(patch);
+                    body
+                }
+                Verdict::Answer(answer) => return responder.send(answer),
+                Verdict::Refuse(code, message) => return responder.send_error(code, message),
+                Verdict::Drop => return responder.no_response(),
+            }
+        } else {
+            body
+        };
         match body {
             Body::Produce(r) => self.rm.handle_produce(r, responder),
-            Body::Fetch(r) => self.rm.handle_fetch(r, responder),
+            Body::Fetch(r) => {
+                let filter = (checked && r.replica_id < 0).then(|| {
+                    self.authorizer
+                        .fetch_filter(&principal, &host, self.metadata.acls())
+                });
+                self.rm.handle_fetch(r, responder, filter)
+            }
             Body::ListOffsets(r) => responder.send(Resp::ListOffsets(self.rm.list_offsets(&r))),
             Body::Metadata(r) => {
                 let listener = responder.connection().listener.clone();
@@ -159,6 +198,10 @@ impl Broker {
             )),
             Body::LeaderAndIsr(r) => {
                 let answer = self.rm.apply_leader_and_isr(&r);
+                if r.security.is_some() {
+                    self.user_connections
+                        .close_removed(|user| self.metadata.user_exists(user));
+                }
                 self.groups
                     .sync_leadership(&self.metadata.partition_ids(OFFSETS_TOPIC));
                 responder.send(Resp::LeaderAndIsr(answer))
@@ -216,6 +259,27 @@ impl Broker {
             Body::DeleteTopics(mut r) => {
                 let forwarded = std::mem::replace(&mut r.forwarded, true);
                 self.forward(Body::DeleteTopics(r), forwarded, responder)
+            }
+            // Users and ACLs: changed by the active controller, described from the cache.
+            Body::AlterUserScramCredentials(mut r) => {
+                let forwarded = std::mem::replace(&mut r.forwarded, true);
+                self.forward(Body::AlterUserScramCredentials(r), forwarded, responder)
+            }
+            Body::CreateAcls(mut r) => {
+                let forwarded = std::mem::replace(&mut r.forwarded, true);
+                self.forward(Body::CreateAcls(r), forwarded, responder)
+            }
+            Body::DeleteAcls(mut r) => {
+                let forwarded = std::mem::replace(&mut r.forwarded, true);
+                self.forward(Body::DeleteAcls(r), forwarded, responder)
+            }
+            Body::DescribeUserScramCredentials(r) => {
+                responder.send(Resp::DescribeUserScramCredentials(
+                    self.metadata.describe_user_scram_credentials(&r),
+                ))
+            }
+            Body::DescribeAcls(r) => {
+                responder.send(Resp::DescribeAcls(self.metadata.describe_acls(&r)))
             }
             Body::InitProducerId(r) => {
                 let broker = self.clone();
@@ -875,6 +939,11 @@ pub async fn start_on(
         channel,
         status: status_rx,
         auth,
+        user_connections: Default::default(),
+        authorizer: Arc::new(crate::authorizer::Authorizer::new(
+            config.authorizer.clone(),
+            metrics.authorization_failures.clone(),
+        )),
         connections: crate::server::ConnectionLimits::new(
             config.max_connections,
             config.max_connections_per_ip,
@@ -894,6 +963,7 @@ pub async fn start_on(
             listener,
             Arc::from(l.name.as_str()),
             l.kafka,
+            l.security_protocol,
             broker.clone(),
             background.clone(),
         )));
@@ -984,5 +1054,15 @@ async fn periodic(rm: Arc<ReplicaManager>, config: Arc<BrokerConfig>, shutdown: 
             rm.apply_retention();
             next_retention = now + retention_every;
         }
+    }
+}
+
+/// The address part of a peer's `ip:port`.
+fn peer_host(peer: &str) -> &str {
+    match peer.rsplit_once(':') {
+        Some((host, port)) if port.parse::<u16>().is_ok() => {
+            host.trim_start_matches('[').trim_end_matches(']')
+        }
+        _ => peer,
     }
 }

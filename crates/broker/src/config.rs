@@ -98,6 +98,113 @@ pub struct ListenerConfig {
     /// A Kafka wire-protocol listener (from `kafka_listeners`), for Kafka's
     /// clients and tools; otherwise syncline's own protocol.
     pub kafka: bool,
+    /// How its connections are secured (`listener_security_protocol_map`).
+    pub security_protocol: SecurityProtocol,
+}
+
+/// Kafka's `security.protocol` of a listener: TLS or not, SASL or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SecurityProtocol {
+    /// Neither: clients are anonymous unless they authenticate with SASL
+    /// (brokers always do).
+    #[default]
+    Plaintext,
+    /// TLS; the client is anonymous unless it authenticates with SASL.
+    Ssl,
+    /// SASL authentication required before any other request, no TLS.
+    SaslPlaintext,
+    /// TLS, then SASL authentication required.
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    /// Kafka's name: `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT`, `SASL_SSL`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "PLAINTEXT",
+            SecurityProtocol::Ssl => "SSL",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
+        }
+    }
+
+    /// The protocol of a Kafka name (exact, upper case).
+    pub fn from_name(name: &str) -> Option<SecurityProtocol> {
+        [
+            SecurityProtocol::Plaintext,
+            SecurityProtocol::Ssl,
+            SecurityProtocol::SaslPlaintext,
+            SecurityProtocol::SaslSsl,
+        ]
+        .into_iter()
+        .find(|p| p.name() == name)
+    }
+
+    /// Connections are TLS.
+    pub fn is_tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+
+    /// Connections must authenticate with SASL before anything else.
+    pub fn requires_sasl(self) -> bool {
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
+    }
+}
+
+impl std::fmt::Display for SecurityProtocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Kafka's `ssl.client.auth`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SslClientAuth {
+    /// No client certificate asked for.
+    #[default]
+    None,
+    /// Asked for and verified when given; a client without one is served.
+    Requested,
+    /// A client without a certificate signed by `ssl_ca_location` is refused.
+    Required,
+}
+
+/// The TLS settings of the SSL and SASL_SSL listeners (PEM files; the names
+/// are librdkafka's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SslConfig {
+    /// This broker's certificate chain (`ssl_certificate_location`).
+    pub certificate: PathBuf,
+    /// Its private key (`ssl_key_location`).
+    pub key: PathBuf,
+    /// The CA certificates peers' certificates are checked against
+    /// (`ssl_ca_location`): client certificates on the listeners, the other
+    /// brokers' when this broker connects to them over TLS.
+    pub ca: Option<PathBuf>,
+    /// `ssl_client_auth`: none, requested or required, on the listeners
+    /// other than the inter-broker one. Default none.
+    pub client_auth: SslClientAuth,
+    /// `inter_broker_ssl_client_auth`: the same on the inter-broker listener
+    /// (when it is SSL or SASL_SSL). Default required: mutual TLS between
+    /// brokers, and nothing without a certificate of the CA on that listener.
+    pub inter_broker_client_auth: SslClientAuth,
+}
+
+/// Who may do what (`authorizer_enable` and the keys with it).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AuthorizerSettings {
+    /// ACLs are enforced (`authorizer_enable`). Off: every principal may do
+    /// everything on the client APIs, as before ACLs existed.
+    pub enabled: bool,
+    /// Principals allowed everything (`super_users`, Kafka's
+    /// `User:a;User:b`).
+    pub super_users: Vec<String>,
+    /// A resource without any ACL is open to all
+    /// (`allow_everyone_if_no_acl_found`, default false).
+    pub allow_everyone_if_no_acl_found: bool,
 }
 
 /// The listener name of `listeners = "host:port"` (no name given).
@@ -146,6 +253,138 @@ fn parse_listeners(key: &'static str, s: &str) -> Result<Vec<(String, HostPort)>
     }
     if out.is_empty() {
         return Err(invalid(key, "names no listener (e.g. \"127.0.0.1:9092\")"));
+    }
+    Ok(out)
+}
+
+/// `listener_security_protocol_map`: `NAME:PROTOCOL,...`.
+fn parse_security_protocol_map(
+    s: Option<&str>,
+) -> Result<Vec<(String, SecurityProtocol)>, ConfigError> {
+    const KEY: &str = "listener_security_protocol_map";
+    let mut out: Vec<(String, SecurityProtocol)> = Vec::new();
+    for item in s
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|i| !i.is_empty())
+    {
+        let Some((name, protocol)) = item.split_once(':') else {
+            return Err(invalid(
+                KEY,
+                format!("`{item}` is not NAME:PROTOCOL (e.g. \"CLIENT:SASL_SSL\")"),
+            ));
+        };
+        let (name, protocol) = (name.trim(), protocol.trim());
+        let Some(p) = SecurityProtocol::from_name(protocol) else {
+            return Err(invalid(
+                KEY,
+                format!(
+                    "`{protocol}` (listener `{name}`) is not a security protocol: use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"
+                ),
+            ));
+        };
+        if out.iter().any(|(n, _)| n == name) {
+            return Err(invalid(KEY, format!("listener `{name}` is mapped twice")));
+        }
+        out.push((name.to_string(), p));
+    }
+    Ok(out)
+}
+
+/// The TLS settings, required when a listener is SSL or SASL_SSL.
+fn ssl_config(
+    [certificate, key, ca, client_auth, inter_broker_client_auth]: [&Option<String>; 5],
+    listeners: &[ListenerConfig],
+    inter_broker: &str,
+) -> Result<Option<SslConfig>, ConfigError> {
+    let path = |key: &'static str, v: &Option<String>| -> Result<Option<PathBuf>, ConfigError> {
+        match v.as_deref().map(str::trim) {
+            Some("") => Err(invalid(key, "must name a PEM file")),
+            Some(p) => Ok(Some(PathBuf::from(p))),
+            None => Ok(None),
+        }
+    };
+    let certificate = path("ssl_certificate_location", certificate)?;
+    let key = path("ssl_key_location", key)?;
+    let ca = path("ssl_ca_location", ca)?;
+    let auth = |key: &'static str, v: &Option<String>, default| match v.as_deref().map(str::trim) {
+        None => Ok(default),
+        Some("none") => Ok(SslClientAuth::None),
+        Some("requested") => Ok(SslClientAuth::Requested),
+        Some("required") => Ok(SslClientAuth::Required),
+        Some(other) => Err(invalid(
+            key,
+            format!("`{other}` is not none, requested or required"),
+        )),
+    };
+    let client_auth = auth("ssl_client_auth", client_auth, SslClientAuth::None)?;
+    let inter_broker_client_auth = auth(
+        "inter_broker_ssl_client_auth",
+        inter_broker_client_auth,
+        SslClientAuth::Required,
+    )?;
+    let tls_listener = listeners.iter().find(|l| l.security_protocol.is_tls());
+    let internal_tls = listeners
+        .iter()
+        .any(|l| l.name == inter_broker && l.security_protocol.is_tls());
+    match (certificate, key, tls_listener) {
+        (Some(certificate), Some(key), _) => {
+            if client_auth != SslClientAuth::None && ca.is_none() {
+                return Err(invalid(
+                    "ssl_client_auth",
+                    "checking client certificates needs ssl_ca_location (the CA that signs them)",
+                ));
+            }
+            if internal_tls && ca.is_none() {
+                return Err(invalid(
+                    "ssl_ca_location",
+                    format!("the inter-broker listener `{inter_broker}` is TLS: brokers check each other's certificates against ssl_ca_location, give it"),
+                ));
+            }
+            Ok(Some(SslConfig {
+                certificate,
+                key,
+                ca,
+                client_auth,
+                inter_broker_client_auth,
+            }))
+        }
+        (None, _, Some(l)) | (_, None, Some(l)) => Err(invalid(
+            "ssl_certificate_location",
+            format!(
+                "listener `{}` is {}: give ssl_certificate_location and ssl_key_location (PEM files)",
+                l.name, l.security_protocol
+            ),
+        )),
+        (Some(_), None, None) | (None, Some(_), None) => Err(invalid(
+            "ssl_key_location",
+            "ssl_certificate_location and ssl_key_location go together",
+        )),
+        (None, None, None) => Ok(None),
+    }
+}
+
+/// `sasl_enabled_mechanisms`: a comma-separated list of SCRAM-SHA-256,
+/// SCRAM-SHA-512 and PLAIN.
+fn sasl_mechanisms(s: Option<&str>) -> Result<Vec<String>, ConfigError> {
+    const KEY: &str = "sasl_enabled_mechanisms";
+    let list = s.unwrap_or("SCRAM-SHA-256,SCRAM-SHA-512,PLAIN");
+    let mut out = Vec::new();
+    for m in list.split(',').map(str::trim).filter(|m| !m.is_empty()) {
+        if syncline_auth::Mechanism::from_name(m).is_none()
+            && m != syncline_auth::plain::MECHANISM_NAME
+        {
+            return Err(invalid(
+                KEY,
+                format!(
+                    "`{m}` is not a supported mechanism: use SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN"
+                ),
+            ));
+        }
+        if !out.iter().any(|o: &String| o == m) {
+            out.push(m.to_string());
+        }
     }
     Ok(out)
 }
@@ -203,6 +442,7 @@ fn listener_configs(
             bind,
             advertised,
             kafka,
+            security_protocol: SecurityProtocol::Plaintext,
         });
     }
     Ok(listeners)
@@ -219,6 +459,16 @@ struct RawConfig {
     kafka_listeners: Option<String>,
     kafka_advertised_listeners: Option<String>,
     inter_broker_listener_name: Option<String>,
+    listener_security_protocol_map: Option<String>,
+    ssl_certificate_location: Option<String>,
+    ssl_key_location: Option<String>,
+    ssl_ca_location: Option<String>,
+    ssl_client_auth: Option<String>,
+    inter_broker_ssl_client_auth: Option<String>,
+    sasl_enabled_mechanisms: Option<String>,
+    authorizer_enable: Option<bool>,
+    super_users: Option<String>,
+    allow_everyone_if_no_acl_found: Option<bool>,
     log_dirs: Option<String>,
     process_roles: Option<String>,
     controller_quorum_voters: Option<String>,
@@ -263,6 +513,7 @@ struct RawConfig {
     leader_imbalance_check_interval_seconds: Option<i64>,
     leader_imbalance_per_broker_percentage: Option<i64>,
     broker_credentials_dir: Option<String>,
+    scram_bootstrap_file: Option<String>,
     fetch_max_bytes: Option<i64>,
     max_connections: Option<i64>,
     max_connections_per_ip: Option<i64>,
@@ -482,6 +733,21 @@ pub struct BrokerConfig {
     /// (`broker-N.secret`, created on first start) and every broker's verifier
     /// (`broker-N.verifier`). Default: `credentials` beside the log dir.
     pub broker_credentials_dir: PathBuf,
+    /// Users a new cluster starts with (`scram_bootstrap_file`): one line per
+    /// credential, as `syncline user verifier` prints them. The active controller
+    /// reads it as it takes office and adds its users if no user was ever added or
+    /// removed (once in the cluster's life). Default: none.
+    pub scram_bootstrap_file: Option<PathBuf>,
+    /// TLS for the SSL and SASL_SSL listeners and for this broker's
+    /// connections to the others when the inter-broker listener is one; set
+    /// when any listener needs it.
+    pub ssl: Option<SslConfig>,
+    /// SASL mechanisms client connections may use (`sasl_enabled_mechanisms`;
+    /// default `SCRAM-SHA-256,SCRAM-SHA-512,PLAIN`). PLAIN, which sends the
+    /// password itself, is offered on SASL_SSL listeners only.
+    pub sasl_enabled_mechanisms: Vec<String>,
+    /// ACLs, super users and the no-ACL rule.
+    pub authorizer: AuthorizerSettings,
     /// Serve the internal APIs to unauthenticated connections. Not a config-file
     /// key, and compiled only with the `unauthenticated-internal-apis` feature,
     /// which only the end-to-end tests turn on to show what each refused forgery
@@ -665,6 +931,36 @@ impl BrokerConfig {
                 ))
             }
             None => listeners[0].name.clone(),
+        };
+        let map = parse_security_protocol_map(raw.listener_security_protocol_map.as_deref())?;
+        for l in &mut listeners {
+            l.security_protocol = map
+                .iter()
+                .find(|(n, _)| *n == l.name)
+                .map(|(_, p)| *p)
+                .or_else(|| SecurityProtocol::from_name(&l.name))
+                .unwrap_or_default();
+        }
+        let ssl = ssl_config(
+            [
+                &raw.ssl_certificate_location,
+                &raw.ssl_key_location,
+                &raw.ssl_ca_location,
+                &raw.ssl_client_auth,
+                &raw.inter_broker_ssl_client_auth,
+            ],
+            &listeners,
+            &inter_broker_listener_name,
+        )?;
+        let sasl_enabled_mechanisms = sasl_mechanisms(raw.sasl_enabled_mechanisms.as_deref())?;
+        let authorizer = AuthorizerSettings {
+            enabled: raw.authorizer_enable.unwrap_or(false),
+            super_users: match raw.super_users.as_deref() {
+                Some(s) => syncline_auth::acl::parse_super_users(s)
+                    .map_err(|e| invalid("super_users", e.to_string()))?,
+                None => Vec::new(),
+            },
+            allow_everyone_if_no_acl_found: raw.allow_everyone_if_no_acl_found.unwrap_or(false),
         };
         let log_dirs = raw
             .log_dirs
@@ -1039,6 +1335,13 @@ impl BrokerConfig {
             #[cfg(feature = "legacy-truncation")]
             truncation_rule: TruncationRule::LeaderEpoch,
             broker_credentials_dir,
+            scram_bootstrap_file: match raw.scram_bootstrap_file.as_deref().map(str::trim) {
+                Some("") => return Err(invalid("scram_bootstrap_file", "must not be empty")),
+                path => path.map(PathBuf::from),
+            },
+            ssl,
+            sasl_enabled_mechanisms,
+            authorizer,
             max_connections: in_range(
                 "max_connections",
                 raw.max_connections,
@@ -1394,6 +1697,114 @@ mod tests {
             (
                 "kafka_listeners = \"h:1\"\ninter_broker_listener_name = \"KAFKA\"",
                 "inter_broker_listener_name",
+                "",
+            ),
+        ] {
+            let err = BrokerConfig::parse(&format!("{MINIMAL}\n{extra}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key) && err.contains(why), "{extra}: {err}");
+        }
+    }
+
+    #[test]
+    fn scram_bootstrap_file_is_a_path_or_unset() {
+        assert_eq!(
+            BrokerConfig::parse(MINIMAL).unwrap().scram_bootstrap_file,
+            None
+        );
+        let c = BrokerConfig::parse(&format!(
+            "{MINIMAL}\nscram_bootstrap_file = \"/etc/users\"\n"
+        ))
+        .unwrap();
+        assert_eq!(c.scram_bootstrap_file, Some(PathBuf::from("/etc/users")));
+        let e = BrokerConfig::parse(&format!("{MINIMAL}\nscram_bootstrap_file = \" \"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("scram_bootstrap_file"), "{e}");
+    }
+
+    #[test]
+    fn listeners_get_their_security_protocols() {
+        let tls = "ssl_certificate_location = \"/t/b.pem\"\nssl_key_location = \"/t/b.key\"\nssl_ca_location = \"/t/ca.pem\"\n";
+        let c = BrokerConfig::parse(&format!(
+            "{MINIMAL}\nlisteners = \"CLIENT://127.0.0.1:9092,INTERNAL://127.0.0.1:19092,SSL://127.0.0.1:9192\"\n\
+             inter_broker_listener_name = \"INTERNAL\"\nkafka_listeners = \"127.0.0.1:29092\"\n\
+             listener_security_protocol_map = \"CLIENT:SASL_SSL, INTERNAL:SSL,KAFKA:SASL_PLAINTEXT\"\n{tls}\
+             authorizer_enable = true\nsuper_users = \"User:admin;User:ops\"\n"
+        ))
+        .unwrap();
+        let protocols: Vec<(&str, SecurityProtocol)> = c
+            .listeners
+            .iter()
+            .map(|l| (l.name.as_str(), l.security_protocol))
+            .collect();
+        assert_eq!(
+            protocols,
+            [
+                ("CLIENT", SecurityProtocol::SaslSsl),
+                ("INTERNAL", SecurityProtocol::Ssl),
+                // Not in the map: the protocol of its name.
+                ("SSL", SecurityProtocol::Ssl),
+                ("KAFKA", SecurityProtocol::SaslPlaintext),
+            ]
+        );
+        let ssl = c.ssl.as_ref().expect("TLS settings");
+        assert_eq!(ssl.client_auth, SslClientAuth::None);
+        assert_eq!(ssl.inter_broker_client_auth, SslClientAuth::Required);
+        assert_eq!(c.authorizer.super_users, ["User:admin", "User:ops"]);
+        assert!(c.authorizer.enabled && !c.authorizer.allow_everyone_if_no_acl_found);
+        assert_eq!(
+            c.sasl_enabled_mechanisms,
+            ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"]
+        );
+        // The defaults: plaintext, no TLS, no authorizer.
+        let plain = BrokerConfig::parse(MINIMAL).unwrap();
+        assert_eq!(
+            plain.listeners[0].security_protocol,
+            SecurityProtocol::Plaintext
+        );
+        assert!(plain.ssl.is_none() && !plain.authorizer.enabled);
+
+        for (extra, key, why) in [
+            (
+                "listener_security_protocol_map = \"PLAINTEXT:TLS\"".to_string(),
+                "listener_security_protocol_map",
+                "not a security protocol",
+            ),
+            (
+                "listener_security_protocol_map = \"PLAINTEXT\"".to_string(),
+                "listener_security_protocol_map",
+                "NAME:PROTOCOL",
+            ),
+            (
+                "listener_security_protocol_map = \"PLAINTEXT:SSL\"".to_string(),
+                "ssl_certificate_location",
+                "listener `PLAINTEXT` is SSL",
+            ),
+            (
+                "ssl_certificate_location = \"/t/b.pem\"".to_string(),
+                "ssl_key_location",
+                "go together",
+            ),
+            (
+                format!("{tls}ssl_client_auth = \"maybe\""),
+                "ssl_client_auth",
+                "none, requested or required",
+            ),
+            (
+                "listener_security_protocol_map = \"PLAINTEXT:SSL\"\nssl_certificate_location = \"/t/b.pem\"\nssl_key_location = \"/t/b.key\"".to_string(),
+                "ssl_ca_location",
+                "inter-broker listener",
+            ),
+            (
+                "sasl_enabled_mechanisms = \"GSSAPI\"".to_string(),
+                "sasl_enabled_mechanisms",
+                "not a supported mechanism",
+            ),
+            (
+                "super_users = \"admin\"".to_string(),
+                "super_users",
                 "",
             ),
         ] {

@@ -210,6 +210,9 @@ fn refused_as_not_controller(response: &pb::response::Body) -> bool {
         Resp::AlterTopic(r) => r.error_code,
         Resp::AlterReassignments(r) => r.error_code,
         Resp::DeleteTopics(r) => r.error_code,
+        Resp::AlterUserScramCredentials(r) => r.error_code,
+        Resp::CreateAcls(r) => r.error_code,
+        Resp::DeleteAcls(r) => r.error_code,
         Resp::AllocateProducerIds(r) => r.error_code,
         _ => return false,
     };

@@ -23,7 +23,7 @@
 //! controller requests with NOT_CONTROLLER and the leader it knows of.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,9 +32,9 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use syncline_client::Connection;
 use syncline_controller::{
-    changed_brokers, changed_partitions, changed_topic_configs, deleted_topics, Controller,
-    ControllerConfig, ControllerResult, ProposeError, Quorum, QuorumConfig, QuorumStatus,
-    QuorumTransport,
+    changed_brokers, changed_partitions, changed_topic_configs, deleted_topics,
+    parse_scram_bootstrap, security_changed, Controller, ControllerConfig, ControllerResult,
+    ProposeError, Quorum, QuorumConfig, QuorumStatus, QuorumTransport,
 };
 use syncline_proto::{pb, ErrorCode};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
@@ -234,6 +234,7 @@ pub(crate) async fn start(
         commit_timeout: Duration::from_millis(config.controller_quorum_commit_timeout_ms),
         session: Duration::from_millis(config.broker_session_timeout_ms),
         last_leader: None,
+        scram_bootstrap_file: config.scram_bootstrap_file.clone(),
         rebalance: Rebalance {
             enabled: config.auto_leader_rebalance_enable,
             every: Duration::from_secs(config.leader_imbalance_check_interval_seconds),
@@ -298,6 +299,8 @@ struct Host {
     session: Duration,
     /// The (term, leader) last seen, to count elections.
     last_leader: Option<(u64, i32)>,
+    /// `scram_bootstrap_file`: users to add while none was ever added.
+    scram_bootstrap_file: Option<PathBuf>,
     rebalance: Rebalance,
 }
 
@@ -399,6 +402,7 @@ impl Host {
             .map_err(|e| Resign::Fatal(anyhow::anyhow!("{e}")))?;
         let start = controller.start();
         self.commit(&mut controller, start).await?;
+        self.bootstrap_users(&mut controller).await?;
         let mut office = Office { controller };
         tracing::info!(
             controller_epoch = office.controller.controller_epoch(),
@@ -413,6 +417,33 @@ impl Host {
         self.metrics.active_controller.set(0);
         self.resign_senders();
         outcome
+    }
+
+    /// Adds the users of `scram_bootstrap_file` if no user was ever added or removed.
+    /// A file that cannot be read or parsed is logged (naming the file and the line)
+    /// and skipped: the controller serves without them, and the next controller to
+    /// take office tries again.
+    async fn bootstrap_users(&mut self, c: &mut Controller) -> Result<(), Resign> {
+        let Some(path) = self.scram_bootstrap_file.clone() else {
+            return Ok(());
+        };
+        if c.image().users_initialized() {
+            tracing::debug!(file = %path.display(), "users exist already: scram_bootstrap_file not read");
+            return Ok(());
+        }
+        let credentials = match read_scram_bootstrap(&path) {
+            Ok(credentials) => credentials,
+            Err(e) => {
+                tracing::error!("{e}; the controller carries on without its bootstrap users");
+                return Ok(());
+            }
+        };
+        let r = c.bootstrap_scram_credentials(&credentials);
+        let added = self.commit(c, r).await?;
+        if added > 0 {
+            tracing::info!(users = added, file = %path.display(), "bootstrap users added (scram_bootstrap_file)");
+        }
+        Ok(())
     }
 
     /// The active controller's loop.
@@ -555,6 +586,18 @@ impl Host {
                 let r = c.delete_topics(&req);
                 Resp::DeleteTopics(self.commit(c, r).await?)
             }
+            Req::AlterUserScramCredentials(req) => {
+                let r = c.alter_user_scram_credentials(&req);
+                Resp::AlterUserScramCredentials(self.commit(c, r).await?)
+            }
+            Req::CreateAcls(req) => {
+                let r = c.create_acls(&req);
+                Resp::CreateAcls(self.commit(c, r).await?)
+            }
+            Req::DeleteAcls(req) => {
+                let r = c.delete_acls(&req);
+                Resp::DeleteAcls(self.commit(c, r).await?)
+            }
             Req::AllocateProducerIds(req) => {
                 let r = c.allocate_producer_ids(&req);
                 Resp::AllocateProducerIds(self.commit(c, r).await?)
@@ -620,6 +663,8 @@ impl Host {
         let brokers_changed = changed_brokers(records);
         let configs_changed = changed_topic_configs(records);
         let deleted = deleted_topics(records);
+        // Users and ACLs go whole, whenever one changed.
+        let security = security_changed(records).then(|| c.image().security_image());
         let topics: BTreeSet<&str> = partitions
             .iter()
             .map(|tp| &*tp.topic)
@@ -655,6 +700,7 @@ impl Host {
             && broker_infos.is_empty()
             && topic_states.is_empty()
             && deleted.is_empty()
+            && security.is_none()
         {
             return;
         }
@@ -675,6 +721,7 @@ impl Host {
                 partition_states: states.clone(),
                 brokers: broker_infos.clone(),
                 deleted_topics: deleted.clone(),
+                security: security.clone(),
             });
         }
     }
@@ -768,7 +815,35 @@ fn full_request(c: &Controller, broker_id: i32) -> pb::LeaderAndIsrRequest {
         partition_states: image.partition_states(),
         brokers: image.broker_infos(),
         deleted_topics: Vec::new(),
+        security: Some(image.security_image()),
     }
+}
+
+/// Why `scram_bootstrap_file` gave no users.
+#[derive(Debug, thiserror::Error)]
+enum BootstrapFileError {
+    #[error("cannot read scram_bootstrap_file {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("scram_bootstrap_file {}: {source}", path.display())]
+    Parse {
+        path: PathBuf,
+        source: syncline_controller::ScramBootstrapError,
+    },
+}
+
+/// The credentials of a bootstrap file.
+fn read_scram_bootstrap(path: &Path) -> Result<Vec<pb::ScramCredential>, BootstrapFileError> {
+    let text = std::fs::read_to_string(path).map_err(|source| BootstrapFileError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_scram_bootstrap(&text).map_err(|source| BootstrapFileError::Parse {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// The quorum's transport over the brokers' own connections: a `Raft` request on
@@ -866,6 +941,9 @@ struct BrokerSender {
 
 /// Requests waiting to be sent, each with a sequence number so that a request
 /// sent while the queue was replaced is not mistaken for its replacement.
+/// Queued requests are never merged: each is sent as it was queued (so a
+/// `security` image in one is never dropped), and only a full request, which
+/// carries everything (users and ACLs included), replaces the queue.
 #[derive(Debug, Default)]
 struct Outbox {
     queue: VecDeque<(u64, pb::LeaderAndIsrRequest)>,
@@ -966,5 +1044,62 @@ impl BrokerSender {
             },
             Ok(Ok(_)) => Err("unexpected response".into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use syncline_auth::{Mechanism, Verifier};
+    use syncline_controller::{scram_bootstrap_line, MetadataImage};
+
+    use super::*;
+
+    #[test]
+    fn a_bad_bootstrap_file_is_named_with_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing");
+        let e = read_scram_bootstrap(&missing).unwrap_err().to_string();
+        assert!(
+            e.contains("cannot read scram_bootstrap_file") && e.contains("missing"),
+            "{e}"
+        );
+
+        let path = dir.path().join("users");
+        let verifier = Verifier::new(Mechanism::ScramSha256, "pw", b"salt", 4096);
+        let good = scram_bootstrap_line("admin", &verifier);
+        std::fs::write(&path, format!("# users\n{good}\n")).unwrap();
+        let users = read_scram_bootstrap(&path).unwrap();
+        assert_eq!(users.len(), 1);
+        assert_eq!(users[0].name, "admin");
+
+        std::fs::write(&path, format!("{good}\nadmin SCRAM-SHA-256 salt=AAAA\n")).unwrap();
+        let e = read_scram_bootstrap(&path).unwrap_err().to_string();
+        assert!(e.contains(&path.display().to_string()), "{e}");
+        assert!(e.contains("line 2:"), "{e}");
+    }
+
+    #[test]
+    fn full_requests_carry_every_user_and_acl() {
+        let mut c = Controller::new(
+            ControllerConfig::new(0, "c"),
+            MetadataImage::new(),
+            Instant::now(),
+        )
+        .unwrap();
+        let start = c.start();
+        c.replay_all(0, &start.records).unwrap();
+        let verifier = Verifier::new(Mechanism::ScramSha512, "pw", b"salt", 4096);
+        let r = c.alter_user_scram_credentials(&pb::AlterUserScramCredentialsRequest {
+            upsertions: vec![syncline_controller::credential_of("alice", &verifier)],
+            ..Default::default()
+        });
+        assert!(security_changed(&r.records));
+        let first = c.next_offset();
+        c.replay_all(first, &r.records).unwrap();
+        let full = full_request(&c, 1);
+        assert!(full.full);
+        let security = full.security.expect("the security image");
+        assert_eq!(security, c.image().security_image());
+        assert_eq!(security.credentials[0].name, "alice");
     }
 }

@@ -42,6 +42,7 @@
 #![warn(missing_docs)]
 
 mod auth;
+mod authorizer;
 mod broker;
 pub mod config;
 mod controller_client;

@@ -1,10 +1,15 @@
 //! This broker's copy of the cluster metadata, as the controller last announced it
-//! (LeaderAndIsr carries brokers, topic configs and partition states). Any broker
-//! answers Metadata, DescribeTopics and DescribeCluster from it.
+//! (LeaderAndIsr carries brokers, topic configs, partition states, and users and
+//! ACLs). Any broker answers Metadata, DescribeTopics, DescribeCluster,
+//! DescribeUserScramCredentials and DescribeAcls from it, and authenticates and
+//! authorizes clients with it.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use parking_lot::RwLock;
+use syncline_auth::acl::{AclBinding, AclFilter, Acls};
+use syncline_auth::{Mechanism, Verifier};
 use syncline_proto::{pb, ErrorCode, NO_LEADER};
 use tokio::sync::Notify;
 
@@ -24,6 +29,64 @@ struct Image {
     metadata_offset: i64,
     brokers: BTreeMap<i32, pb::BrokerInfo>,
     topics: BTreeMap<String, TopicImage>,
+    security: Security,
+}
+
+/// Users and ACLs, as the last announcement that carried them had them.
+#[derive(Debug)]
+struct Security {
+    /// The metadata offset of that announcement (-1 before any): an older one
+    /// never replaces it.
+    offset: i64,
+    /// Every user credential.
+    verifiers: HashMap<(String, Mechanism), Verifier>,
+    acls: Arc<Acls>,
+}
+
+impl Security {
+    fn empty() -> Security {
+        Security {
+            offset: -1,
+            verifiers: HashMap::new(),
+            acls: Arc::new(Acls::default()),
+        }
+    }
+
+    /// The announced image; entries that are not valid (no controller announces
+    /// one) are skipped with a warning.
+    fn from_pb(image: &pb::SecurityImage, offset: i64) -> Security {
+        let verifiers = image
+            .credentials
+            .iter()
+            .filter_map(|c| match syncline_controller::verifier_of(c) {
+                Some(v) => Some(((c.name.clone(), v.mechanism), v)),
+                None => {
+                    tracing::warn!(user = %c.name, mechanism = %c.mechanism, "ignoring an invalid user credential in LeaderAndIsr");
+                    None
+                }
+            })
+            .collect();
+        let acls = image
+            .acls
+            .iter()
+            .filter_map(|a| match AclBinding::from_pb(a) {
+                Ok(acl) => Some(acl),
+                Err(e) => {
+                    tracing::warn!(error = %e, "ignoring an invalid ACL in LeaderAndIsr");
+                    None
+                }
+            })
+            .collect();
+        Security {
+            offset,
+            verifiers,
+            acls: Arc::new(acls),
+        }
+    }
+
+    fn same_contents(&self, other: &Security) -> bool {
+        self.verifiers == other.verifiers && self.acls == other.acls
+    }
 }
 
 /// The cluster as this broker knows it.
@@ -36,6 +99,9 @@ pub(crate) struct MetadataCache {
     update: parking_lot::Mutex<()>,
     /// The controller of the last accepted announcement (-1 before any).
     controller: tokio::sync::watch::Sender<i32>,
+    /// Whether users and ACLs were announced yet (a broker that just started
+    /// knows none until the controller's first full announcement).
+    security_known: tokio::sync::watch::Sender<bool>,
 }
 
 /// What an announcement changed.
@@ -48,6 +114,8 @@ pub(crate) struct AppliedMetadata {
     /// Topics gone, with the topic id they had (0 when unknown): deleted, or (in a
     /// full sync) missing from the image or there under another topic id.
     pub deleted: Vec<(String, i64)>,
+    /// Users or ACLs changed: re-check who may stay connected and what they may do.
+    pub security_changed: bool,
 }
 
 impl MetadataCache {
@@ -60,11 +128,22 @@ impl MetadataCache {
                 metadata_offset: -1,
                 brokers: BTreeMap::new(),
                 topics: BTreeMap::new(),
+                security: Security::empty(),
             }),
             changed: Notify::new(),
             update: parking_lot::Mutex::new(()),
             controller: tokio::sync::watch::Sender::new(-1),
+            security_known: tokio::sync::watch::Sender::new(false),
         }
+    }
+
+    /// Waits until users and ACLs were announced, at most `timeout`; whether
+    /// they were.
+    pub(crate) async fn wait_security_known(&self, timeout: std::time::Duration) -> bool {
+        let mut known = self.security_known.subscribe();
+        tokio::time::timeout(timeout, known.wait_for(|k| *k))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     /// Follows the controller of the accepted announcements: a new active
@@ -141,6 +220,15 @@ impl MetadataCache {
             changed
         });
         image.metadata_offset = image.metadata_offset.max(req.metadata_offset);
+        // The whole set, when it comes: it replaces what the cache has.
+        if let Some(security) = &req.security {
+            if req.metadata_offset >= image.security.offset {
+                let next = Security::from_pb(security, req.metadata_offset);
+                applied.security_changed = !next.same_contents(&image.security);
+                image.security = next;
+                self.security_known.send_replace(true);
+            }
+        }
         if req.full || !req.brokers.is_empty() {
             if req.full {
                 image.brokers.clear();
@@ -215,6 +303,122 @@ impl MetadataCache {
                 topic.partitions.clear();
             }
             topic.topic_id = topic_id;
+        }
+    }
+
+    /// `user`'s credential for `mechanism`, as announced (brokers' own `broker-N`
+    /// credentials are not here: they come from the credentials directory).
+    pub(crate) fn scram_verifier(&self, user: &str, mechanism: Mechanism) -> Option<Verifier> {
+        self.image
+            .read()
+            .security
+            .verifiers
+            .get(&(user.to_owned(), mechanism))
+            .cloned()
+    }
+
+    /// Whether `user` has a credential for any mechanism.
+    pub(crate) fn user_exists(&self, user: &str) -> bool {
+        self.image
+            .read()
+            .security
+            .verifiers
+            .keys()
+            .any(|(name, _)| name == user)
+    }
+
+    /// Every ACL, as announced (shared: the set is replaced whole, never changed).
+    pub(crate) fn acls(&self) -> Arc<Acls> {
+        self.image.read().security.acls.clone()
+    }
+
+    /// DescribeUserScramCredentials: every user (sorted) when none is named, else
+    /// each named user in order; RESOURCE_NOT_FOUND for one without credentials,
+    /// DUPLICATE_RESOURCE for one named twice.
+    pub(crate) fn describe_user_scram_credentials(
+        &self,
+        req: &pb::DescribeUserScramCredentialsRequest,
+    ) -> pb::DescribeUserScramCredentialsResponse {
+        let image = self.image.read();
+        let mut users: BTreeMap<&str, Vec<pb::ScramCredentialInfo>> = BTreeMap::new();
+        for ((name, mechanism), v) in &image.security.verifiers {
+            users
+                .entry(name.as_str())
+                .or_default()
+                .push(pb::ScramCredentialInfo {
+                    mechanism: mechanism.name().to_owned(),
+                    iterations: i32::try_from(v.iterations).unwrap_or(i32::MAX),
+                });
+        }
+        for infos in users.values_mut() {
+            infos.sort_by(|a, b| a.mechanism.cmp(&b.mechanism));
+        }
+        let describe =
+            |user: &str, code: ErrorCode, message: String| pb::UserScramCredentialsDescription {
+                user: user.to_owned(),
+                error_code: code as i32,
+                error_message: message,
+                credentials: users.get(user).cloned().unwrap_or_default(),
+            };
+        let results = if req.users.is_empty() {
+            users
+                .keys()
+                .map(|u| describe(u, ErrorCode::None, String::new()))
+                .collect()
+        } else {
+            let mut counts: HashMap<&str, usize> = HashMap::new();
+            for u in &req.users {
+                *counts.entry(u.as_str()).or_default() += 1;
+            }
+            req.users
+                .iter()
+                .map(|u| {
+                    if counts[u.as_str()] > 1 {
+                        let mut d = describe(
+                            u,
+                            ErrorCode::DuplicateResource,
+                            format!("user {u:?} is named more than once in the request: name it once"),
+                        );
+                        d.credentials.clear();
+                        d
+                    } else if users.contains_key(u.as_str()) {
+                        describe(u, ErrorCode::None, String::new())
+                    } else {
+                        describe(
+                            u,
+                            ErrorCode::ResourceNotFound,
+                            format!("user {u:?} has no SCRAM credentials (`syncline user create {u}` makes one)"),
+                        )
+                    }
+                })
+                .collect()
+        };
+        pb::DescribeUserScramCredentialsResponse {
+            error_code: ErrorCode::None as i32,
+            error_message: String::new(),
+            results,
+        }
+    }
+
+    /// DescribeAcls: the ACLs the filter selects (every ACL without a filter);
+    /// INVALID_REQUEST, saying why, for an invalid filter.
+    pub(crate) fn describe_acls(&self, req: &pb::DescribeAclsRequest) -> pb::DescribeAclsResponse {
+        let filter = match req.filter.as_ref().map(AclFilter::from_pb) {
+            None => AclFilter::any(),
+            Some(Ok(f)) => f,
+            Some(Err(e)) => {
+                return pb::DescribeAclsResponse {
+                    error_code: ErrorCode::InvalidRequest as i32,
+                    error_message: format!("invalid ACL filter: {e}"),
+                    acls: Vec::new(),
+                }
+            }
+        };
+        let acls = self.acls();
+        pb::DescribeAclsResponse {
+            error_code: ErrorCode::None as i32,
+            error_message: String::new(),
+            acls: acls.matching(&filter).map(AclBinding::to_pb).collect(),
         }
     }
 
@@ -587,6 +791,175 @@ mod tests {
         let applied = c.apply(&full);
         assert_eq!(applied.deleted, vec![("t".to_string(), 12)]);
         assert!(c.partition_state("t", 0).is_none());
+    }
+
+    fn credential(name: &str, mechanism: Mechanism) -> pb::ScramCredential {
+        syncline_controller::credential_of(
+            name,
+            &Verifier {
+                mechanism,
+                salt: vec![1; 8],
+                iterations: 4096,
+                stored_key: vec![
+                    2;
+                    if mechanism == Mechanism::ScramSha256 {
+                        32
+                    } else {
+                        64
+                    }
+                ],
+                server_key: vec![
+                    3;
+                    if mechanism == Mechanism::ScramSha256 {
+                        32
+                    } else {
+                        64
+                    }
+                ],
+            },
+        )
+    }
+
+    fn read_acl(principal: &str) -> pb::AclBinding {
+        pb::AclBinding {
+            resource_type: 2,
+            resource_name: "orders".into(),
+            pattern_type: 3,
+            principal: principal.into(),
+            host: "*".into(),
+            operation: 3,
+            permission_type: 3,
+        }
+    }
+
+    fn with_security(offset: i64, security: Option<pb::SecurityImage>) -> pb::LeaderAndIsrRequest {
+        pb::LeaderAndIsrRequest {
+            metadata_offset: offset,
+            security,
+            ..req(vec![], false)
+        }
+    }
+
+    #[test]
+    fn the_security_image_is_replaced_whole_when_announced_and_kept_otherwise() {
+        let c = MetadataCache::new("c");
+        assert!(!c.user_exists("alice") && c.acls().is_empty());
+        let image = pb::SecurityImage {
+            credentials: vec![
+                credential("alice", Mechanism::ScramSha256),
+                credential("alice", Mechanism::ScramSha512),
+                credential("bob", Mechanism::ScramSha256),
+            ],
+            acls: vec![read_acl("User:alice")],
+        };
+        assert!(
+            c.apply(&with_security(10, Some(image.clone())))
+                .security_changed
+        );
+        assert!(c.user_exists("alice") && c.user_exists("bob") && !c.user_exists("carol"));
+        let v = c.scram_verifier("alice", Mechanism::ScramSha512).unwrap();
+        assert_eq!((v.mechanism, v.iterations), (Mechanism::ScramSha512, 4096));
+        assert!(c.scram_verifier("bob", Mechanism::ScramSha512).is_none());
+        assert_eq!(c.acls().len(), 1);
+
+        // Absent: kept. The same again: nothing changed.
+        assert!(!c.apply(&with_security(11, None)).security_changed);
+        assert!(c.user_exists("bob"));
+        assert!(
+            !c.apply(&with_security(11, Some(image.clone())))
+                .security_changed
+        );
+
+        // Replaced: bob is gone, the ACLs too.
+        let smaller = pb::SecurityImage {
+            credentials: vec![credential("alice", Mechanism::ScramSha256)],
+            acls: vec![],
+        };
+        assert!(c.apply(&with_security(12, Some(smaller))).security_changed);
+        assert!(!c.user_exists("bob") && c.acls().is_empty());
+        assert!(c.scram_verifier("alice", Mechanism::ScramSha512).is_none());
+
+        // An older announcement (sent before the last one) does not bring bob back.
+        assert!(!c.apply(&with_security(11, Some(image))).security_changed);
+        assert!(!c.user_exists("bob"));
+    }
+
+    #[test]
+    fn users_and_acls_are_described_from_the_cache() {
+        let c = MetadataCache::new("c");
+        c.apply(&with_security(
+            3,
+            Some(pb::SecurityImage {
+                credentials: vec![
+                    credential("bob", Mechanism::ScramSha512),
+                    credential("alice", Mechanism::ScramSha256),
+                ],
+                acls: vec![read_acl("User:alice"), read_acl("User:bob")],
+            }),
+        ));
+        let all = c.describe_user_scram_credentials(&Default::default());
+        let users: Vec<(&str, Vec<&str>)> = all
+            .results
+            .iter()
+            .map(|r| {
+                (
+                    r.user.as_str(),
+                    r.credentials.iter().map(|i| i.mechanism.as_str()).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            users,
+            vec![
+                ("alice", vec!["SCRAM-SHA-256"]),
+                ("bob", vec!["SCRAM-SHA-512"])
+            ]
+        );
+        let named = c.describe_user_scram_credentials(&pb::DescribeUserScramCredentialsRequest {
+            users: vec![
+                "bob".into(),
+                "nobody".into(),
+                "alice".into(),
+                "alice".into(),
+            ],
+        });
+        let codes: Vec<ErrorCode> = named
+            .results
+            .iter()
+            .map(|r| ErrorCode::from_wire(r.error_code))
+            .collect();
+        assert_eq!(
+            codes,
+            vec![
+                ErrorCode::None,
+                ErrorCode::ResourceNotFound,
+                ErrorCode::DuplicateResource,
+                ErrorCode::DuplicateResource
+            ]
+        );
+        assert!(named.results[1]
+            .error_message
+            .contains("syncline user create nobody"));
+
+        assert_eq!(c.describe_acls(&Default::default()).acls.len(), 2);
+        let bob = c.describe_acls(&pb::DescribeAclsRequest {
+            filter: Some(pb::AclBindingFilter {
+                resource_type: 1,
+                pattern_type: 1,
+                principal: "User:bob".into(),
+                operation: 1,
+                permission_type: 1,
+                ..Default::default()
+            }),
+        });
+        assert_eq!(bob.acls, vec![read_acl("User:bob")]);
+        let bad = c.describe_acls(&pb::DescribeAclsRequest {
+            filter: Some(pb::AclBindingFilter::default()),
+        });
+        assert_eq!(
+            ErrorCode::from_wire(bad.error_code),
+            ErrorCode::InvalidRequest
+        );
     }
 
     #[test]

@@ -344,7 +344,14 @@ impl ReplicaManager {
 
     // --- Fetch ---
 
-    pub(crate) fn handle_fetch(&self, req: pb::FetchRequest, responder: Responder) {
+    /// Serves a fetch. `may_read`: the authorizer's topic filter of a
+    /// consumer's fetch (applied to its session's partitions too).
+    pub(crate) fn handle_fetch(
+        &self,
+        req: pb::FetchRequest,
+        responder: Responder,
+        may_read: Option<crate::authorizer::TopicFilter>,
+    ) {
         let (session, entries) = match self.fetch_sessions.begin(&req, Instant::now()) {
             Ok(resolved) => resolved,
             Err(code) => {
@@ -389,7 +396,12 @@ impl ReplicaManager {
                 log_start_offset: -1,
                 ..Default::default()
             };
+            let denied = may_read.as_ref().is_some_and(|may| !may(&e.topic));
             match self.partition(&e.topic, e.partition) {
+                _ if denied => {
+                    out.error_code = ErrorCode::TopicAuthorizationFailed as i32;
+                    immediate_error = true;
+                }
                 None => {
                     out.error_code = ErrorCode::UnknownTopicOrPartition as i32;
                     immediate_error = true;
@@ -1153,6 +1165,7 @@ mod tests {
             }],
             brokers: vec![],
             deleted_topics: vec![],
+            security: None,
         });
         assert_eq!(answer.error_code, 0);
         rm.partition("t", 0).expect("created")

@@ -26,8 +26,9 @@ use tokio::time::Instant;
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::{Principal, SaslState};
+use crate::auth::{Principal, SaslContext, SaslState};
 use crate::broker::Broker;
+use crate::config::SecurityProtocol;
 use crate::delayed::PendingOp;
 use crate::metrics::ApiMetrics;
 use crate::net::{BoxStream, Listener};
@@ -46,25 +47,73 @@ pub(crate) struct ConnectionState {
     pending: Mutex<Vec<PendingOp>>,
     /// Who authenticated on it (set once, by the SASL exchange).
     principal: OnceLock<Principal>,
+    /// The subject of the client's TLS certificate: the principal
+    /// (`User:CN=...`, as Kafka names it) of a connection that does not
+    /// authenticate with SASL.
+    certificate: Option<Arc<str>>,
     /// The client's address.
     pub peer: Arc<str>,
     /// The broker's own requests (the group coordinators' appends): the only
     /// ones that may write to internal topics.
     pub internal: bool,
+    /// Its listener's security protocol.
+    pub protocol: SecurityProtocol,
+    /// Cancelled to close the connection from elsewhere (its user was deleted).
+    pub close: CancellationToken,
 }
 
 impl ConnectionState {
-    /// The state of a Kafka listener's connection (anonymous; responses go
-    /// through each request's own slot).
-    pub(crate) fn kafka(listener: Arc<str>, peer: &str) -> Arc<ConnectionState> {
+    /// The state of a Kafka listener's connection (responses go through each
+    /// request's own slot).
+    pub(crate) fn kafka(
+        listener: Arc<str>,
+        peer: &str,
+        protocol: SecurityProtocol,
+        certificate: Option<Arc<str>>,
+        close: CancellationToken,
+    ) -> Arc<ConnectionState> {
         Arc::new(ConnectionState {
             listener,
             peer: peer.into(),
             tx: None,
             pending: Mutex::new(Vec::new()),
             principal: OnceLock::new(),
+            certificate,
             internal: false,
+            protocol,
+            close,
         })
+    }
+
+    /// Records who authenticated on the connection (once), and registers a
+    /// user's connection so that deleting the user closes it.
+    pub(crate) fn authenticated(&self, broker: &Broker, principal: Principal) {
+        if let Principal::User(name) = &principal {
+            broker.user_connections().register(name, &self.close);
+        }
+        tracing::debug!(peer = %self.peer, %principal, "authenticated");
+        let _ = self.principal.set(principal);
+    }
+
+    /// Whether the request `body` may be read before the connection
+    /// authenticated: on a SASL listener, only the exchange itself.
+    pub(crate) fn admits_unauthenticated(&self, body: Option<&pb::request::Body>) -> bool {
+        !self.protocol.requires_sasl()
+            || self.principal.get().is_some()
+            || matches!(
+                body,
+                Some(pb::request::Body::SaslHandshake(_) | pb::request::Body::SaslAuthenticate(_))
+            )
+    }
+
+    /// What a connection's SASL exchange checks against.
+    pub(crate) fn sasl_context<'a>(&self, broker: &'a Broker) -> SaslContext<'a> {
+        SaslContext {
+            auth: broker.auth(),
+            users: broker.metadata(),
+            enabled: &broker.config().sasl_enabled_mechanisms,
+            tls: self.protocol.is_tls(),
+        }
     }
 
     /// Cancels what waits on behalf of the connection (it closed).
@@ -77,7 +126,11 @@ impl ConnectionState {
 
     /// Who the connection authenticated as.
     pub(crate) fn principal(&self) -> Principal {
-        self.principal.get().copied().unwrap_or_default()
+        match (self.principal.get(), &self.certificate) {
+            (Some(p), _) => p.clone(),
+            (None, Some(subject)) => Principal::User(subject.clone()),
+            (None, None) => Principal::Anonymous,
+        }
     }
 
     /// Remembers a waiting operation so that closing the connection cancels it.
@@ -108,6 +161,17 @@ pub(crate) struct Responder {
     kafka: Option<KafkaReply>,
     /// Where the response goes when the broker asked itself.
     internal: Option<tokio::sync::oneshot::Sender<pb::response::Body>>,
+    /// Adds the parts of the request the authorizer refused.
+    patch: Option<PatchSlot>,
+}
+
+/// A response's patch (see [`Responder::set_patch`]).
+struct PatchSlot(crate::authorizer::Patch);
+
+impl std::fmt::Debug for PatchSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Patch")
+    }
 }
 
 /// A Kafka listener's request: how its syncline response becomes the Kafka
@@ -147,6 +211,7 @@ impl Responder {
             reserved,
             kafka: Some(reply),
             internal: None,
+            patch: None,
         }
     }
 
@@ -165,7 +230,10 @@ impl Responder {
             tx: None,
             pending: Mutex::new(Vec::new()),
             principal: OnceLock::new(),
+            certificate: None,
             internal: true,
+            protocol: SecurityProtocol::Plaintext,
+            close: CancellationToken::new(),
         });
         let responder = Responder {
             conn,
@@ -176,12 +244,21 @@ impl Responder {
             reserved: None,
             kafka: None,
             internal: Some(tx),
+            patch: None,
         };
         (responder, rx)
     }
 
+    /// Has `patch` applied to the response before it is sent.
+    pub(crate) fn set_patch(&mut self, patch: crate::authorizer::Patch) {
+        self.patch = Some(PatchSlot(patch));
+    }
+
     /// Sends the response.
-    pub(crate) fn send(mut self, body: pb::response::Body) {
+    pub(crate) fn send(mut self, mut body: pb::response::Body) {
+        if let Some(PatchSlot(patch)) = self.patch.take() {
+            patch(&mut body);
+        }
         if let Some(tx) = self.internal.take() {
             let _ = tx.send(body);
             return;
@@ -231,6 +308,7 @@ pub(crate) async fn serve(
     mut listener: Box<dyn Listener>,
     name: Arc<str>,
     kafka: bool,
+    protocol: SecurityProtocol,
     broker: Arc<Broker>,
     shutdown: CancellationToken,
 ) {
@@ -256,10 +334,16 @@ pub(crate) async fn serve(
                     let shutdown = shutdown.clone();
                     let name = name.clone();
                     tokio::spawn(async move {
+                        let Some((stream, certificate)) =
+                            secure(stream, &peer, &name, protocol, &broker).await
+                        else {
+                            return;
+                        };
+                        let accepted = Accepted { stream, peer, listener: name, protocol, certificate };
                         if kafka {
-                            crate::kafka::connection(stream, peer, name, broker, shutdown).await;
+                            crate::kafka::connection(accepted, broker, shutdown).await;
                         } else {
-                            connection(stream, peer, name, broker, shutdown).await;
+                            connection(accepted, broker, shutdown).await;
                         }
                         drop(slot);
                     });
@@ -274,23 +358,73 @@ pub(crate) async fn serve(
     }
 }
 
-async fn connection(
+/// An accepted connection, TLS already set up on a TLS listener.
+pub(crate) struct Accepted {
+    pub stream: BoxStream,
+    pub peer: String,
+    pub listener: Arc<str>,
+    pub protocol: SecurityProtocol,
+    /// The subject of the client's TLS certificate (`CN=...`), if it gave one.
+    pub certificate: Option<Arc<str>>,
+}
+
+/// The stream of an accepted connection: TLS on an SSL or SASL_SSL listener
+/// (`None` if the handshake fails: logged, counted, the connection dropped),
+/// with the subject of the client's certificate when it presented one.
+async fn secure(
     stream: BoxStream,
-    peer: String,
-    listener: Arc<str>,
-    broker: Arc<Broker>,
-    shutdown: CancellationToken,
-) {
+    peer: &str,
+    listener: &str,
+    protocol: SecurityProtocol,
+    broker: &Broker,
+) -> Option<(BoxStream, Option<Arc<str>>)> {
+    if !protocol.is_tls() {
+        return Some((stream, None));
+    }
+    let internal = *listener == *broker.config().inter_broker_listener_name;
+    let tls = broker.auth().tls_server(internal)?;
+    match syncline_tls::accept(tls, stream).await {
+        Ok(tls) => {
+            let subject = syncline_tls::peer_subject(&tls).map(Arc::from);
+            Some((Box::new(tls) as BoxStream, subject))
+        }
+        Err(e) => {
+            broker.metrics().authentication_failures.inc();
+            tracing::info!(%peer, %listener, error = %e, "TLS handshake failed");
+            None
+        }
+    }
+}
+
+/// How long a user's authentication waits for a broker that just started to
+/// hear of its users from the controller (less than clients' request timeout).
+pub(crate) const USERS_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Why an unauthenticated connection's request on a SASL listener is refused.
+pub(crate) const SASL_REQUIRED: &str = "this listener requires SASL authentication first: set security.protocol (SASL_SSL or SASL_PLAINTEXT), sasl.mechanism, sasl.username and sasl.password";
+
+async fn connection(accepted: Accepted, broker: Arc<Broker>, shutdown: CancellationToken) {
+    let Accepted {
+        stream,
+        peer,
+        listener,
+        protocol,
+        certificate,
+    } = accepted;
     let max_frame = broker.config().socket_request_max_bytes;
     let (read_half, write_half) = tokio::io::split(stream);
     let (tx, mut rx) = mpsc::unbounded_channel::<(Bytes, Option<OwnedSemaphorePermit>)>();
+    let close = shutdown.child_token();
     let conn = Arc::new(ConnectionState {
         listener,
         peer: peer.as_str().into(),
         tx: Some(tx),
         pending: Mutex::new(Vec::new()),
         principal: OnceLock::new(),
+        certificate,
         internal: false,
+        protocol,
+        close: close.clone(),
     });
     let writer = tokio::spawn(async move {
         let mut write_half = write_half;
@@ -320,7 +454,7 @@ async fn connection(
     let mut sasl = SaslState::default();
     let mut frames = FramedRead::new(read_half, frame::codec(max_frame));
     loop {
-        let Some(bytes) = next_frame(&mut frames, &shutdown, &peer).await else {
+        let Some(bytes) = next_frame(&mut frames, &close, &peer).await else {
             break;
         };
         let frame_len = bytes.len();
@@ -350,6 +484,7 @@ async fn connection(
             reserved,
             kafka: None,
             internal: None,
+            patch: None,
         };
         if let Some(
             body @ (pb::request::Body::SaslHandshake(_) | pb::request::Body::SaslAuthenticate(_)),
@@ -357,19 +492,30 @@ async fn connection(
         {
             // Inline, so that the next request on the connection already sees
             // the principal.
-            let step = sasl.step(broker.auth(), body, &peer);
+            if sasl.needs_users(&body) && !broker.metadata().wait_security_known(USERS_WAIT).await {
+                tracing::warn!(%peer, "no users announced yet: is the controller quorum reachable?");
+            }
+            let step = sasl.step(&conn.sasl_context(&broker), body, &peer);
             if step.close {
                 broker.metrics().authentication_failures.inc();
             }
             if let Some(principal) = step.authenticated {
-                let _ = conn.principal.set(principal);
-                tracing::debug!(%peer, %principal, "authenticated");
+                conn.authenticated(&broker, principal);
             }
             responder.send(step.response);
             if step.close {
                 break;
             }
             continue;
+        }
+        if !conn.admits_unauthenticated(request.body.as_ref()) {
+            broker.metrics().authentication_failures.inc();
+            tracing::debug!(%peer, "closing an unauthenticated connection on a SASL listener");
+            responder.send_error(
+                syncline_proto::ErrorCode::SaslAuthenticationFailed,
+                SASL_REQUIRED,
+            );
+            break;
         }
         broker.handle(request, responder);
     }

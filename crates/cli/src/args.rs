@@ -18,6 +18,10 @@ pub(crate) struct Cli {
     )]
     pub(crate) bootstrap_server: String,
 
+    /// --command-config and the security flags, for every client.
+    #[command(flatten)]
+    pub(crate) security: crate::security::SecurityArgs,
+
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -45,6 +49,16 @@ pub(crate) enum Command {
     /// Load generators with the flags and output of Kafka's perf tools.
     #[command(subcommand)]
     Perf(crate::perf::PerfCommand),
+    /// SCRAM users: create, delete, list; `user verifier` prints a
+    /// scram_bootstrap_file line, offline.
+    #[command(subcommand)]
+    User(crate::user::UserCommand),
+    /// ACLs, with Kafka's kafka-acls flags: add, remove, list.
+    #[command(subcommand)]
+    Acl(crate::acl::AclCommand),
+    /// Create a CA and certificates for a local cluster's TLS (offline).
+    #[command(subcommand)]
+    Cert(crate::cert::CertCommand),
 }
 
 #[derive(Debug, Subcommand)]

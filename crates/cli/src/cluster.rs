@@ -1,7 +1,7 @@
 //! `syncline cluster describe` and `cluster wait-ready`.
 
 use anyhow::Result;
-use syncline_client::{Admin, ClientConfig};
+use syncline_client::Admin;
 
 use crate::args::ClusterCommand;
 use crate::errors::{explain, Ctx};
@@ -18,7 +18,7 @@ pub(crate) async fn run(command: ClusterCommand, bootstrap: &str) -> Result<()> 
         topic: None,
     };
     let fail = |e: syncline_client::ClientError| anyhow::anyhow!(explain(&e, ctx));
-    let admin = Admin::new(ClientConfig::new(bootstrap)).map_err(fail)?;
+    let admin = Admin::new(crate::security::client_config(bootstrap)).map_err(fail)?;
     let cluster = admin.describe_cluster().await.map_err(fail)?;
     // The quorum is the active controller's to describe; without one the rest of the
     // description still prints, with the reason.
@@ -49,7 +49,7 @@ pub(crate) async fn run(command: ClusterCommand, bootstrap: &str) -> Result<()> 
 /// and consumer would otherwise keep retrying until their timeouts, which is
 /// right for a program riding out a restart but not for a command at a prompt.
 pub(crate) async fn ensure_reachable(ctx: Ctx<'_>) -> Result<()> {
-    let admin = Admin::new(ClientConfig::new(ctx.bootstrap))
+    let admin = Admin::new(crate::security::client_config(ctx.bootstrap))
         .map_err(|e| anyhow::anyhow!(explain(&e, ctx)))?;
     match admin.describe_cluster().await {
         Err(e) if e.is_connectivity() => Err(anyhow::anyhow!(explain(&e, ctx))),

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
 use syncline_client::{
-    AutoOffsetReset, ClientConfig, ClientError, Consumer, ConsumerConfig, ConsumerRecord,
-    GroupConsumer, TopicPartition,
+    AutoOffsetReset, ClientError, Consumer, ConsumerConfig, ConsumerRecord, GroupConsumer,
+    TopicPartition,
 };
 use tokio::time::Instant;
 
@@ -64,7 +64,7 @@ pub(crate) async fn run(args: ConsumeArgs, bootstrap: &str) -> Result<()> {
     let fail = |e: syncline_client::ClientError| anyhow!(explain(&e, ctx));
     let from_beginning = args.from_beginning || args.offset == Some(StartOffset::Earliest);
     let mut config = ConsumerConfig {
-        client: ClientConfig::new(bootstrap),
+        client: crate::security::client_config(bootstrap),
         auto_offset_reset: if from_beginning {
             AutoOffsetReset::Earliest
         } else {

@@ -12,6 +12,21 @@ pub(crate) struct Ctx<'a> {
 const CLUSTER_UP: &str = "is the cluster up? try `scripts/cluster.sh up`, or point \
     --bootstrap-server (or SYNCLINE_BOOTSTRAP_SERVER) at a running broker";
 
+const SECURITY_FLAGS: &str =
+    " (the CLI takes these as --security-protocol, --sasl-* and --ssl-* flags, or in a --command-config file)";
+
+/// A failure that the security settings, not the network, are behind.
+fn is_security(e: &ClientError) -> bool {
+    match e {
+        ClientError::ClosedBeforeAnswer(_) => true,
+        ClientError::Unreachable { last, .. } => is_security(last),
+        ClientError::Config(message) => ["security.protocol", "sasl.", "ssl."]
+            .iter()
+            .any(|name| message.contains(name)),
+        other => other.is_security(),
+    }
+}
+
 /// "connection refused" rather than "Connection refused (os error 111)".
 fn io_reason(e: &std::io::Error) -> String {
     use std::io::ErrorKind::*;
@@ -85,6 +100,14 @@ pub(crate) fn code_hint(code: ErrorCode, topic: Option<&str>) -> Option<String> 
             "the record is larger than the broker accepts: send smaller records".into()
         }
         ErrorCode::NotController => "the controller is changing: retry in a moment".into(),
+        ErrorCode::TopicAuthorizationFailed
+        | ErrorCode::GroupAuthorizationFailed
+        | ErrorCode::ClusterAuthorizationFailed => {
+            "the user this command authenticates as (--command-config, --sasl-username) lacks an \
+             ACL for it: an administrator grants it with `syncline acl add` (see `syncline acl \
+             list`), or authenticate as a user that has one"
+                .into()
+        }
         _ => return None,
     };
     Some(hint)
@@ -93,6 +116,9 @@ pub(crate) fn code_hint(code: ErrorCode, topic: Option<&str>) -> Option<String> 
 /// The full message for a client error: problem, then fix.
 pub(crate) fn explain(e: &ClientError, ctx: Ctx<'_>) -> String {
     let problem = reason(e);
+    if is_security(e) {
+        return format!("{problem}{SECURITY_FLAGS}");
+    }
     if e.is_connectivity() {
         return format!("{problem}: {CLUSTER_UP}");
     }
@@ -107,7 +133,7 @@ pub(crate) fn explain(e: &ClientError, ctx: Ctx<'_>) -> String {
             "no answer from the cluster within {ms} ms: is a broker overloaded or cut off? \
              `syncline cluster describe` shows which are alive"
         ),
-        ClientError::Config(_) => format!(
+        ClientError::Config(message) if message.contains("bootstrap") => format!(
             "{problem} (--bootstrap-server is {:?}; expected HOST:PORT[,HOST:PORT...])",
             ctx.bootstrap
         ),
@@ -169,6 +195,34 @@ mod tests {
         };
         assert!(explain(&many, CTX)
             .starts_with("cannot reach any of a:1, b:2 (last: cannot reach b:2 (timed out"));
+    }
+
+    #[test]
+    fn security_failures_point_at_the_security_flags_not_the_network() {
+        let closed = ClientError::ClosedBeforeAnswer("127.0.0.1:9093".into());
+        let msg = explain(&closed, CTX);
+        assert!(
+            msg.contains("check security.protocol") && msg.contains("--security-protocol"),
+            "{msg}"
+        );
+        assert!(!msg.contains("is the cluster up"), "{msg}");
+        let auth = ClientError::AuthenticationFailed {
+            username: "alice".into(),
+            mechanism: "SCRAM-SHA-256",
+            message: String::new(),
+        };
+        let msg = explain(&auth, CTX);
+        assert!(
+            msg.starts_with("authentication failed for user alice: wrong username or password")
+                && msg.contains("--sasl-*"),
+            "{msg}"
+        );
+        let config = ClientError::Config(
+            "security.protocol=SASL_SSL needs sasl.username and sasl.password".into(),
+        );
+        let msg = explain(&config, CTX);
+        assert!(!msg.contains("--bootstrap-server is"), "{msg}");
+        assert!(msg.contains("--command-config"), "{msg}");
     }
 
     #[test]

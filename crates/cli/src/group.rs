@@ -5,7 +5,7 @@
 use anyhow::Result;
 use clap::Subcommand;
 use serde_json::{json, Value};
-use syncline_client::{Admin, ClientConfig, GroupDescription, GroupListing};
+use syncline_client::{Admin, GroupDescription, GroupListing};
 
 use crate::errors::{explain, Ctx};
 use crate::output::Table;
@@ -35,7 +35,7 @@ pub(crate) async fn run(command: GroupCommand, bootstrap: &str) -> Result<()> {
         topic: None,
     };
     let fail = |e: syncline_client::ClientError| anyhow::anyhow!(explain(&e, ctx));
-    let admin = Admin::new(ClientConfig::new(bootstrap)).map_err(fail)?;
+    let admin = Admin::new(crate::security::client_config(bootstrap)).map_err(fail)?;
     match command {
         GroupCommand::List { json } => {
             let groups = admin.list_groups().await.map_err(fail)?;

@@ -3,7 +3,9 @@
 //! Every failure ends with a message on stderr that names the problem and the
 //! fix, and a non-zero exit status.
 
+mod acl;
 mod args;
+mod cert;
 mod cluster;
 mod consume;
 mod errors;
@@ -14,7 +16,9 @@ mod output;
 mod perf;
 mod produce;
 mod reassign;
+mod security;
 mod topic;
+mod user;
 mod wait_ready;
 
 use std::process::ExitCode;
@@ -52,6 +56,8 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
+    // Every client config the commands build starts from these.
+    security::init(&cli.security)?;
     let bootstrap = cli.bootstrap_server.as_str();
     match cli.command {
         Command::Topic(command) => topic::run(command, bootstrap).await,
@@ -61,5 +67,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Group(command) => group::run(command, bootstrap).await,
         Command::Metrics(args) => metrics::run(args, bootstrap).await,
         Command::Perf(command) => perf::run(command, bootstrap).await,
+        Command::Cert(command) => cert::run(command),
+        Command::User(command) => user::run(command, security::client_config(bootstrap)).await,
+        Command::Acl(command) => acl::run(command, security::client_config(bootstrap)).await,
     }
 }

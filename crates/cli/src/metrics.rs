@@ -23,7 +23,7 @@ use bytes::Bytes;
 use clap::Args;
 use http_body_util::{BodyExt, Empty};
 use serde_json::{json, Value};
-use syncline_client::{Admin, ClientConfig, ClusterDescription};
+use syncline_client::{Admin, ClusterDescription};
 use syncline_proto::wall_clock_ms;
 use tokio::time::Instant;
 
@@ -560,7 +560,7 @@ pub(crate) async fn run(args: MetricsArgs, bootstrap: &str) -> Result<()> {
         topic: None,
     };
     let fail = |e: syncline_client::ClientError| anyhow::anyhow!(explain(&e, ctx));
-    let admin = Admin::new(ClientConfig::new(bootstrap)).map_err(fail)?;
+    let admin = Admin::new(crate::security::client_config(bootstrap)).map_err(fail)?;
     let cluster = admin.describe_cluster().await.map_err(fail)?;
     let mut targets = targets(&cluster, args.broker)?;
     let mut trackers = BTreeMap::new();

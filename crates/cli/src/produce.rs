@@ -6,7 +6,7 @@ use anyhow::{anyhow, Context as _, Result};
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
 use syncline_client::{
-    Acks, ClientConfig, ProduceError, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
+    Acks, ProduceError, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -146,7 +146,7 @@ pub(crate) async fn run(args: ProduceArgs, bootstrap: &str) -> Result<()> {
         bootstrap,
         topic: Some(&args.topic),
     };
-    let mut client = ClientConfig::new(bootstrap);
+    let mut client = crate::security::client_config(bootstrap);
     // Kafka requires delivery_timeout_ms >= linger_ms + request_timeout_ms; a
     // short delivery timeout shortens the request timeout rather than fail.
     client.request_timeout_ms = client.request_timeout_ms.min(

@@ -35,7 +35,7 @@ pub(crate) async fn run(args: ReassignArgs, bootstrap: &str) -> Result<()> {
         bootstrap,
         topic: args.name.as_deref(),
     };
-    let admin = Admin::new(syncline_client::ClientConfig::new(bootstrap))
+    let admin = Admin::new(crate::security::client_config(bootstrap))
         .map_err(|e| anyhow::anyhow!(explain(&e, ctx)))?;
     if args.generate {
         let mut topics: Vec<String> = args.name.iter().cloned().collect();

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{bail, Result};
-use syncline_client::{Admin, ClientConfig, NewTopic, TopicAlteration};
+use syncline_client::{Admin, NewTopic, TopicAlteration};
 use syncline_proto::ErrorCode;
 
 use crate::args::{
@@ -26,7 +26,8 @@ pub(crate) async fn run(command: TopicCommand, bootstrap: &str) -> Result<()> {
 }
 
 fn admin(ctx: Ctx<'_>) -> Result<Admin> {
-    Admin::new(ClientConfig::new(ctx.bootstrap)).map_err(|e| anyhow::anyhow!(explain(&e, ctx)))
+    Admin::new(crate::security::client_config(ctx.bootstrap))
+        .map_err(|e| anyhow::anyhow!(explain(&e, ctx)))
 }
 
 async fn create(args: CreateArgs, bootstrap: &str) -> Result<()> {

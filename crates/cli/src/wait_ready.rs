@@ -160,7 +160,7 @@ pub(crate) fn judge(
 
 fn config(bootstrap: &str, timeout: Duration) -> ClientConfig {
     let ms = (timeout.as_millis() as u64).max(1);
-    let mut config = ClientConfig::new(bootstrap);
+    let mut config = crate::security::client_config(bootstrap);
     config.request_timeout_ms = ms;
     config.connect_timeout_ms = ms;
     config

@@ -1,5 +1,5 @@
 //! Cluster administration: create, list and describe topics; describe the
-//! cluster.
+//! cluster; users (SCRAM credentials) and ACLs.
 //!
 //! Describing a topic fully takes more than one broker: any broker knows the
 //! assignment, leader and ISR, but only a partition's leader knows its high
@@ -10,6 +10,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use syncline_auth::acl::{AclBinding, AclFilter};
+use syncline_auth::{Mechanism, Verifier};
 use syncline_proto::{pb, ErrorCode};
 use tokio::time::Instant;
 
@@ -709,6 +711,280 @@ impl Admin {
     }
 }
 
+/// One change to a user's SCRAM credentials (Kafka's
+/// `UserScramCredentialAlteration`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UserScramCredentialAlteration {
+    /// Sets (creates or replaces) the user's credential for the verifier's
+    /// mechanism. The verifier is made here, from the password: the password
+    /// never leaves the client.
+    Upsert {
+        /// The user name.
+        user: String,
+        /// The credential.
+        verifier: Verifier,
+    },
+    /// Deletes the user's credential for one mechanism (the user is gone once
+    /// it has none).
+    Delete {
+        /// The user name.
+        user: String,
+        /// The mechanism whose credential goes.
+        mechanism: Mechanism,
+    },
+}
+
+impl UserScramCredentialAlteration {
+    /// An upsertion of `user`'s `mechanism` credential from `password`, with a
+    /// fresh random salt and `iterations` PBKDF2 iterations (4096 to 1000000; the
+    /// controller refuses others).
+    pub fn upsert(user: &str, mechanism: Mechanism, password: &str, iterations: u32) -> Self {
+        let salt: [u8; 32] = rand::random();
+        UserScramCredentialAlteration::Upsert {
+            user: user.to_owned(),
+            verifier: Verifier::new(mechanism, password, &salt, iterations),
+        }
+    }
+
+    /// The user it alters.
+    pub fn user(&self) -> &str {
+        match self {
+            UserScramCredentialAlteration::Upsert { user, .. }
+            | UserScramCredentialAlteration::Delete { user, .. } => user,
+        }
+    }
+}
+
+/// The outcome of altering one user's credentials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserAlterationResult {
+    /// The user.
+    pub user: String,
+    /// `None`: every change to the user was made. Otherwise none was:
+    /// `UnacceptableCredential` (a bad name or credential),
+    /// `UnsupportedSaslMechanism`, `ResourceNotFound` (deleting a credential the
+    /// user does not have) or `DuplicateResource` (one mechanism changed twice).
+    pub error: Option<ErrorCode>,
+    /// Why, for an error.
+    pub message: String,
+}
+
+/// One mechanism a user has a credential for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScramCredentialInfo {
+    /// The mechanism.
+    pub mechanism: Mechanism,
+    /// Its PBKDF2 iterations.
+    pub iterations: i32,
+}
+
+/// A user's credentials, by mechanism (never their keys).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserScramCredentials {
+    /// The user.
+    pub user: String,
+    /// `None`, or `ResourceNotFound` for a user named that has no credential
+    /// (`DuplicateResource` when named twice).
+    pub error: Option<ErrorCode>,
+    /// Why, for an error.
+    pub message: String,
+    /// The mechanisms it has credentials for.
+    pub credentials: Vec<ScramCredentialInfo>,
+}
+
+/// The outcome of creating one ACL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AclCreationResult {
+    /// `None`: the ACL exists now (it may have already). `InvalidRequest`: it is
+    /// not valid, see `message`.
+    pub error: Option<ErrorCode>,
+    /// Why, for an error.
+    pub message: String,
+}
+
+/// The outcome of one ACL filter of a deletion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AclDeletionResult {
+    /// `None`, or `InvalidRequest` for an invalid filter.
+    pub error: Option<ErrorCode>,
+    /// Why, for an error.
+    pub message: String,
+    /// The ACLs the filter matched, now deleted.
+    pub deleted: Vec<AclBinding>,
+}
+
+/// A credential as the protocol carries it.
+fn credential_pb(user: &str, v: &Verifier) -> pb::ScramCredential {
+    pb::ScramCredential {
+        name: user.to_owned(),
+        mechanism: v.mechanism.name().to_owned(),
+        salt: v.salt.clone().into(),
+        iterations: i32::try_from(v.iterations).unwrap_or(i32::MAX),
+        stored_key: v.stored_key.clone().into(),
+        server_key: v.server_key.clone().into(),
+    }
+}
+
+/// The AlterUserScramCredentials request of `alterations`.
+fn alter_users_request(
+    alterations: &[UserScramCredentialAlteration],
+) -> pb::AlterUserScramCredentialsRequest {
+    let mut request = pb::AlterUserScramCredentialsRequest::default();
+    for a in alterations {
+        match a {
+            UserScramCredentialAlteration::Upsert { user, verifier } => {
+                request.upsertions.push(credential_pb(user, verifier))
+            }
+            UserScramCredentialAlteration::Delete { user, mechanism } => {
+                request.deletions.push(pb::ScramCredentialDeletion {
+                    name: user.clone(),
+                    mechanism: mechanism.name().to_owned(),
+                })
+            }
+        }
+    }
+    request
+}
+
+fn user_credentials(d: pb::UserScramCredentialsDescription) -> UserScramCredentials {
+    UserScramCredentials {
+        user: d.user,
+        error: error_of(d.error_code),
+        message: d.error_message,
+        credentials: d
+            .credentials
+            .iter()
+            .filter_map(|c| {
+                Some(ScramCredentialInfo {
+                    mechanism: Mechanism::from_name(&c.mechanism)?,
+                    iterations: c.iterations,
+                })
+            })
+            .collect(),
+    }
+}
+
+/// ACLs off the wire (the broker sends only valid ones; any other is skipped).
+fn acls_of(acls: &[pb::AclBinding]) -> Vec<AclBinding> {
+    acls.iter()
+        .filter_map(|a| AclBinding::from_pb(a).ok())
+        .collect()
+}
+
+impl Admin {
+    /// Creates, replaces and deletes users' SCRAM credentials (Kafka's
+    /// AlterUserScramCredentials). Any broker answers (it asks the active
+    /// controller); one result per user, in the order users first appear.
+    /// A deleted user's connections are closed.
+    pub async fn alter_user_scram_credentials(
+        &self,
+        alterations: &[UserScramCredentialAlteration],
+    ) -> Result<Vec<UserAlterationResult>, ClientError> {
+        let body = self
+            .cluster
+            .send_any(pb::request::Body::AlterUserScramCredentials(
+                alter_users_request(alterations),
+            ))
+            .await?;
+        let r = expect_body!(body, AlterUserScramCredentials)?;
+        request_result(r.error_code, &r.error_message)?;
+        Ok(r.results
+            .into_iter()
+            .map(|u| UserAlterationResult {
+                user: u.user,
+                error: error_of(u.error_code),
+                message: u.error_message,
+            })
+            .collect())
+    }
+
+    /// Which users have credentials for which mechanisms (Kafka's
+    /// DescribeUserScramCredentials): every user (by name) when `users` is
+    /// empty, else each one named, in order.
+    pub async fn describe_user_scram_credentials(
+        &self,
+        users: &[&str],
+    ) -> Result<Vec<UserScramCredentials>, ClientError> {
+        let request = pb::DescribeUserScramCredentialsRequest {
+            users: users.iter().map(|u| u.to_string()).collect(),
+        };
+        let body = self
+            .cluster
+            .send_any(pb::request::Body::DescribeUserScramCredentials(request))
+            .await?;
+        let r = expect_body!(body, DescribeUserScramCredentials)?;
+        request_result(r.error_code, &r.error_message)?;
+        Ok(r.results.into_iter().map(user_credentials).collect())
+    }
+
+    /// Creates ACLs (Kafka's CreateAcls). Any broker answers (it asks the active
+    /// controller); one result per ACL, in order.
+    pub async fn create_acls(
+        &self,
+        acls: &[AclBinding],
+    ) -> Result<Vec<AclCreationResult>, ClientError> {
+        let request = pb::CreateAclsRequest {
+            creations: acls.iter().map(AclBinding::to_pb).collect(),
+            forwarded: false,
+        };
+        let body = self
+            .cluster
+            .send_any(pb::request::Body::CreateAcls(request))
+            .await?;
+        let r = expect_body!(body, CreateAcls)?;
+        request_result(r.error_code, &r.error_message)?;
+        Ok(r.results
+            .into_iter()
+            .map(|a| AclCreationResult {
+                error: error_of(a.error_code),
+                message: a.error_message,
+            })
+            .collect())
+    }
+
+    /// Deletes every ACL each filter matches (Kafka's DeleteAcls). Any broker
+    /// answers (it asks the active controller); one result per filter, in order,
+    /// with the ACLs it deleted.
+    pub async fn delete_acls(
+        &self,
+        filters: &[AclFilter],
+    ) -> Result<Vec<AclDeletionResult>, ClientError> {
+        let request = pb::DeleteAclsRequest {
+            filters: filters.iter().map(AclFilter::to_pb).collect(),
+            forwarded: false,
+        };
+        let body = self
+            .cluster
+            .send_any(pb::request::Body::DeleteAcls(request))
+            .await?;
+        let r = expect_body!(body, DeleteAcls)?;
+        request_result(r.error_code, &r.error_message)?;
+        Ok(r.results
+            .into_iter()
+            .map(|f| AclDeletionResult {
+                error: error_of(f.error_code),
+                message: f.error_message,
+                deleted: acls_of(&f.deleted),
+            })
+            .collect())
+    }
+
+    /// The ACLs `filter` matches (Kafka's DescribeAcls), as the answering
+    /// broker knows them; [`AclFilter::any`] lists them all.
+    pub async fn describe_acls(&self, filter: &AclFilter) -> Result<Vec<AclBinding>, ClientError> {
+        let request = pb::DescribeAclsRequest {
+            filter: Some(filter.to_pb()),
+        };
+        let body = self
+            .cluster
+            .send_any(pb::request::Body::DescribeAcls(request))
+            .await?;
+        let r = expect_body!(body, DescribeAcls)?;
+        request_result(r.error_code, &r.error_message)?;
+        Ok(acls_of(&r.acls))
+    }
+}
+
 /// A whole request's error code (no active controller, ...) as an error.
 fn request_result(error_code: i32, message: &str) -> Result<(), ClientError> {
     match ErrorCode::from_wire(error_code) {
@@ -1000,6 +1276,65 @@ mod tests {
         assert_eq!(d.brokers[0].endpoint.rack.as_deref(), Some("r1"));
         assert_eq!(d.brokers[0].metrics_address.as_deref(), Some("h:9101"));
         assert!(d.brokers[1].fenced && d.brokers[1].metrics_address.is_none());
+    }
+
+    #[test]
+    fn user_alterations_carry_verifiers_never_passwords() {
+        let upsert =
+            UserScramCredentialAlteration::upsert("alice", Mechanism::ScramSha512, "pw", 4096);
+        let UserScramCredentialAlteration::Upsert { verifier, .. } = &upsert else {
+            unreachable!()
+        };
+        assert!(verifier.matches("pw") && verifier.salt.len() == 32);
+        let delete = UserScramCredentialAlteration::Delete {
+            user: "bob".into(),
+            mechanism: Mechanism::ScramSha256,
+        };
+        assert_eq!((upsert.user(), delete.user()), ("alice", "bob"));
+        let request = alter_users_request(&[upsert.clone(), delete]);
+        let c = &request.upsertions[0];
+        assert_eq!(
+            (c.name.as_str(), c.mechanism.as_str(), c.iterations),
+            ("alice", "SCRAM-SHA-512", 4096)
+        );
+        assert_eq!(c.stored_key.as_ref(), verifier.stored_key.as_slice());
+        assert!(!format!("{request:?}").contains("pw\""));
+        assert_eq!(request.deletions[0].name, "bob");
+        assert_eq!(request.deletions[0].mechanism, "SCRAM-SHA-256");
+    }
+
+    #[test]
+    fn user_descriptions_map_codes_and_mechanisms() {
+        let d = user_credentials(pb::UserScramCredentialsDescription {
+            user: "alice".into(),
+            error_code: 0,
+            error_message: String::new(),
+            credentials: vec![
+                pb::ScramCredentialInfo {
+                    mechanism: "SCRAM-SHA-256".into(),
+                    iterations: 8192,
+                },
+                pb::ScramCredentialInfo {
+                    mechanism: "bogus".into(),
+                    iterations: 1,
+                },
+            ],
+        });
+        assert_eq!(d.error, None);
+        assert_eq!(
+            d.credentials,
+            vec![ScramCredentialInfo {
+                mechanism: Mechanism::ScramSha256,
+                iterations: 8192
+            }]
+        );
+        let missing = user_credentials(pb::UserScramCredentialsDescription {
+            user: "nobody".into(),
+            error_code: ErrorCode::ResourceNotFound as i32,
+            error_message: "no credentials".into(),
+            credentials: vec![],
+        });
+        assert_eq!(missing.error, Some(ErrorCode::ResourceNotFound));
     }
 
     #[test]

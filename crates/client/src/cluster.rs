@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use crate::config::ClientConfig;
 use crate::connection::Connection;
+use crate::connector::Connector;
 use crate::error::ClientError;
 use crate::metadata::Metadata;
 
@@ -35,6 +36,8 @@ type Slot = Arc<tokio::sync::Mutex<Option<Connection>>>;
 #[derive(Debug)]
 pub(crate) struct Cluster {
     pub(crate) config: ClientConfig,
+    /// TCP, TLS and SASL as the configuration says; made once.
+    connector: Connector,
     metadata: Mutex<Metadata>,
     brokers: Mutex<HashMap<i32, Slot>>,
     /// Connection to whichever bootstrap server answered last.
@@ -44,33 +47,19 @@ pub(crate) struct Cluster {
 impl Cluster {
     /// A client for this configuration; connects lazily.
     pub(crate) fn new(config: ClientConfig) -> Result<Arc<Cluster>, ClientError> {
-        config.validate()?;
+        let connector = Connector::new(&config)?;
         Ok(Arc::new(Cluster {
             config,
+            connector,
             metadata: Mutex::new(Metadata::default()),
             brokers: Mutex::new(HashMap::new()),
             bootstrap: tokio::sync::Mutex::new(None),
         }))
     }
 
-    fn connect_timeout(&self) -> Duration {
-        Duration::from_millis(self.config.connect_timeout_ms)
-    }
-
+    /// A new connection to `addr`: TCP, then TLS and SASL as configured.
     async fn open(&self, addr: &str) -> Result<Connection, ClientError> {
-        let stream =
-            tokio::time::timeout(self.connect_timeout(), tokio::net::TcpStream::connect(addr))
-                .await
-                .map_err(|_| ClientError::ConnectTimeout(addr.to_string()))?
-                .map_err(|e| ClientError::Connect(addr.to_string(), e))?;
-        // Requests are small and latency matters more than packet count.
-        let _ = stream.set_nodelay(true);
-        Ok(Connection::from_stream(
-            stream,
-            addr,
-            &self.config.client_id,
-            self.config.max_frame_bytes,
-        ))
+        self.connector.connect(addr).await
     }
 
     /// Reads the metadata cache.

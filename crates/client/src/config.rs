@@ -1,6 +1,7 @@
 //! Client configuration. Names and defaults are Kafka's, with dots written as
 //! underscores (`linger.ms` → `linger_ms`).
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use syncline_proto::compression::Compression;
@@ -28,6 +29,161 @@ pub struct ClientConfig {
     pub retry_backoff_max_ms: u64,
     /// Largest frame accepted from a broker.
     pub max_frame_bytes: usize,
+    /// TLS and SASL on the connections (`security.protocol`).
+    pub security_protocol: SecurityProtocol,
+    /// The SASL mechanism of `SASL_PLAINTEXT` and `SASL_SSL` (`sasl.mechanism`).
+    pub sasl_mechanism: SaslMechanism,
+    /// Who to authenticate as with SASL (`sasl.username`).
+    pub sasl_username: Option<String>,
+    /// The SASL password (`sasl.password`); its `Debug` does not show it.
+    pub sasl_password: Option<Password>,
+    /// PEM file of the CA that signs the brokers' certificates
+    /// (`ssl.ca.location`); unset: the operating system's trusted CAs.
+    pub ssl_ca_location: Option<PathBuf>,
+    /// PEM file of this client's certificate, for brokers that ask for one
+    /// (`ssl.certificate.location`; with `ssl.key.location`).
+    pub ssl_certificate_location: Option<PathBuf>,
+    /// PEM file of this client's private key (`ssl.key.location`).
+    pub ssl_key_location: Option<PathBuf>,
+}
+
+/// How a client's connections are secured: Kafka's `security.protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SecurityProtocol {
+    /// Neither TLS nor SASL.
+    #[default]
+    Plaintext,
+    /// TLS.
+    Ssl,
+    /// SASL authentication without TLS.
+    SaslPlaintext,
+    /// SASL authentication over TLS.
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    /// Whether connections use TLS.
+    pub fn is_tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+
+    /// Whether connections authenticate with SASL.
+    pub fn is_sasl(self) -> bool {
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
+    }
+
+    /// Kafka's name: `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT`, `SASL_SSL`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "PLAINTEXT",
+            SecurityProtocol::Ssl => "SSL",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
+        }
+    }
+}
+
+impl std::str::FromStr for SecurityProtocol {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_uppercase().replace('-', "_").as_str() {
+            "PLAINTEXT" => Ok(SecurityProtocol::Plaintext),
+            "SSL" => Ok(SecurityProtocol::Ssl),
+            "SASL_PLAINTEXT" => Ok(SecurityProtocol::SaslPlaintext),
+            "SASL_SSL" => Ok(SecurityProtocol::SaslSsl),
+            _ => Err(format!(
+                "security.protocol must be PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (got {s:?})"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for SecurityProtocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The SASL mechanism a client authenticates with: Kafka's `sasl.mechanism`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SaslMechanism {
+    /// SCRAM with SHA-256 (RFC 7677): the password never crosses the wire.
+    #[default]
+    ScramSha256,
+    /// SCRAM with SHA-512.
+    ScramSha512,
+    /// The password itself, sent once (RFC 4616): keep it to `SASL_SSL`.
+    Plain,
+}
+
+impl SaslMechanism {
+    /// The mechanism's name: `SCRAM-SHA-256`, `SCRAM-SHA-512`, `PLAIN`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
+            SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
+            SaslMechanism::Plain => syncline_auth::plain::MECHANISM_NAME,
+        }
+    }
+
+    /// The SCRAM variant, or `None` for PLAIN.
+    pub fn scram(self) -> Option<syncline_auth::Mechanism> {
+        match self {
+            SaslMechanism::ScramSha256 => Some(syncline_auth::Mechanism::ScramSha256),
+            SaslMechanism::ScramSha512 => Some(syncline_auth::Mechanism::ScramSha512),
+            SaslMechanism::Plain => None,
+        }
+    }
+}
+
+impl std::str::FromStr for SaslMechanism {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_uppercase().replace('_', "-").as_str() {
+            "SCRAM-SHA-256" => Ok(SaslMechanism::ScramSha256),
+            "SCRAM-SHA-512" => Ok(SaslMechanism::ScramSha512),
+            "PLAIN" => Ok(SaslMechanism::Plain),
+            "GSSAPI" | "OAUTHBEARER" => Err(format!(
+                "sasl.mechanism {s} is not supported: use SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN"
+            )),
+            _ => Err(format!(
+                "sasl.mechanism must be SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN (got {s:?})"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for SaslMechanism {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A password: its `Debug` and `Display` do not show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Password(String);
+
+impl Password {
+    /// Wraps a password.
+    pub fn new(password: impl Into<String>) -> Password {
+        Password(password.into())
+    }
+
+    /// The password itself.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Password {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Password(<redacted>)")
+    }
 }
 
 impl Default for ClientConfig {
@@ -41,6 +197,13 @@ impl Default for ClientConfig {
             retry_backoff_ms: 100,
             retry_backoff_max_ms: 1_000,
             max_frame_bytes: crate::connection::DEFAULT_MAX_FRAME_BYTES,
+            security_protocol: SecurityProtocol::Plaintext,
+            sasl_mechanism: SaslMechanism::ScramSha256,
+            sasl_username: None,
+            sasl_password: None,
+            ssl_ca_location: None,
+            ssl_certificate_location: None,
+            ssl_key_location: None,
         }
     }
 }
@@ -70,6 +233,42 @@ impl ClientConfig {
             "retry.backoff.ms" => self.retry_backoff_ms = number(key, value)?,
             "retry.backoff.max.ms" => self.retry_backoff_max_ms = number(key, value)?,
             "max.frame.bytes" => self.max_frame_bytes = number(key, value)?,
+            "security.protocol" => {
+                self.security_protocol = value.parse().map_err(ClientError::Config)?
+            }
+            "sasl.mechanism" | "sasl.mechanisms" => {
+                self.sasl_mechanism = value.parse().map_err(ClientError::Config)?
+            }
+            "sasl.username" => self.sasl_username = non_empty(value).map(str::to_string),
+            // Kept as given: a password may start or end with a space.
+            "sasl.password" => {
+                self.sasl_password = (!value.is_empty()).then(|| Password::new(value))
+            }
+            "ssl.ca.location" => self.ssl_ca_location = non_empty(value).map(PathBuf::from),
+            "ssl.certificate.location" => {
+                self.ssl_certificate_location = non_empty(value).map(PathBuf::from)
+            }
+            "ssl.key.location" => self.ssl_key_location = non_empty(value).map(PathBuf::from),
+            "sasl.jaas.config" => {
+                return Err(ClientError::Config(
+                    "sasl.jaas.config is not read: set sasl.username and sasl.password".into(),
+                ))
+            }
+            "ssl.truststore.location" | "ssl.truststore.password" | "ssl.truststore.type" => {
+                return Err(ClientError::Config(format!(
+                    "{key}: syncline reads PEM files, not trust stores: set ssl.ca.location to \
+                     the CA certificate (PEM)"
+                )))
+            }
+            "ssl.keystore.location"
+            | "ssl.keystore.password"
+            | "ssl.keystore.type"
+            | "ssl.key.password" => {
+                return Err(ClientError::Config(format!(
+                    "{key}: syncline reads PEM files, not key stores: set \
+                     ssl.certificate.location and ssl.key.location (an unencrypted PEM key)"
+                )))
+            }
             _ => return Ok(false),
         }
         Ok(true)
@@ -111,8 +310,134 @@ impl ClientConfig {
                 "request_timeout_ms and connect_timeout_ms must be positive".into(),
             ));
         }
+        self.validate_security()
+    }
+
+    /// SASL needs a username and password; SASL and TLS settings need a
+    /// protocol that uses them (a forgotten `security.protocol` would
+    /// otherwise connect in plaintext).
+    fn validate_security(&self) -> Result<(), ClientError> {
+        let protocol = self.security_protocol;
+        if protocol.is_sasl() {
+            if self.sasl_username.is_none() || self.sasl_password.is_none() {
+                return Err(ClientError::Config(format!(
+                    "security.protocol={protocol} needs sasl.username and sasl.password"
+                )));
+            }
+        } else if let Some(set) = [
+            ("sasl.username", self.sasl_username.is_some()),
+            ("sasl.password", self.sasl_password.is_some()),
+        ]
+        .iter()
+        .find_map(|(name, set)| set.then_some(name))
+        {
+            return Err(ClientError::Config(format!(
+                "{set} is set but security.protocol is {protocol}: set security.protocol to \
+                 SASL_PLAINTEXT or SASL_SSL"
+            )));
+        }
+        if !protocol.is_tls() {
+            if let Some(set) = [
+                ("ssl.ca.location", self.ssl_ca_location.is_some()),
+                (
+                    "ssl.certificate.location",
+                    self.ssl_certificate_location.is_some(),
+                ),
+                ("ssl.key.location", self.ssl_key_location.is_some()),
+            ]
+            .iter()
+            .find_map(|(name, set)| set.then_some(name))
+            {
+                return Err(ClientError::Config(format!(
+                    "{set} is set but security.protocol is {protocol}: set security.protocol \
+                     to SSL or SASL_SSL"
+                )));
+            }
+        }
+        if self.ssl_certificate_location.is_some() != self.ssl_key_location.is_some() {
+            return Err(ClientError::Config(
+                "ssl.certificate.location and ssl.key.location go together: set both (a client \
+                 certificate) or neither"
+                    .into(),
+            ));
+        }
         Ok(())
     }
+}
+
+/// The trimmed value, `None` when empty.
+fn non_empty(value: &str) -> Option<&str> {
+    Some(value.trim()).filter(|v| !v.is_empty())
+}
+
+/// One `key=value` of a properties file, with the line it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Property {
+    /// The key, trimmed.
+    pub key: String,
+    /// The value, trimmed.
+    pub value: String,
+    /// Its line number, from 1.
+    pub line: usize,
+}
+
+/// Reads a properties file (`--command-config`): the subset of Java's format
+/// that Kafka's client files use. One `key=value` or `key: value` a line (the
+/// first `=` or `:` separates; both sides are trimmed), blank lines and
+/// lines starting with `#` or `!` ignored. Errors name the file and the line.
+pub fn read_properties(path: &Path) -> Result<Vec<Property>, ClientError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ClientError::Config(format!(
+            "cannot read the properties file {}: {}",
+            path.display(),
+            match e.kind() {
+                std::io::ErrorKind::NotFound => "no such file".to_string(),
+                std::io::ErrorKind::InvalidData => "not UTF-8 text".to_string(),
+                _ => e.to_string(),
+            }
+        ))
+    })?;
+    parse_properties(&text)
+        .map_err(|(line, why)| ClientError::Config(format!("{}:{line}: {why}", path.display())))
+}
+
+/// [`read_properties`] as `(key, value)` pairs.
+pub fn load_properties(path: &Path) -> Result<Vec<(String, String)>, ClientError> {
+    Ok(read_properties(path)?
+        .into_iter()
+        .map(|p| (p.key, p.value))
+        .collect())
+}
+
+/// The properties in `text`, or the first bad line's number and what is wrong.
+fn parse_properties(text: &str) -> Result<Vec<Property>, (usize, String)> {
+    let mut out = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = i + 1;
+        let trimmed = raw.trim();
+        if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('!') {
+            continue;
+        }
+        if trimmed.ends_with('\\') {
+            return Err((
+                line,
+                "a line continued with '\\' is not supported: put the value on one line".into(),
+            ));
+        }
+        let Some(at) = trimmed.find(['=', ':']) else {
+            return Err((line, format!("expected key=value (got {trimmed:?})")));
+        };
+        let key = trimmed[..at].trim();
+        if key.is_empty() {
+            return Err((line, format!("the key before '=' is empty in {trimmed:?}")));
+        }
+        out.push(Property {
+            key: key.to_string(),
+            value: trimmed[at + 1..].trim().to_string(),
+            line,
+        });
+    }
+    Ok(out)
 }
 
 /// A setting name in Kafka's dotted form (`linger_ms` → `linger.ms`), as `set`
@@ -148,6 +473,13 @@ const CLIENT_SETTINGS: &[&str] = &[
     "retry.backoff.ms",
     "retry.backoff.max.ms",
     "max.frame.bytes",
+    "security.protocol",
+    "sasl.mechanism",
+    "sasl.username",
+    "sasl.password",
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
 ];
 
 /// Splits `a:1,b:2` into addresses, ignoring blanks.
@@ -748,5 +1080,197 @@ mod tests {
         assert!(matches!(p.validate(), Err(ClientError::Config(_))));
         p.delivery_timeout_ms = 30_005;
         p.validate().unwrap();
+    }
+
+    #[test]
+    fn security_settings_by_kafka_name() {
+        let mut c = ClientConfig::new("h:9093");
+        assert_eq!(c.security_protocol, SecurityProtocol::Plaintext);
+        assert_eq!(c.sasl_mechanism, SaslMechanism::ScramSha256);
+        c.set("security.protocol", "sasl_ssl").unwrap();
+        c.set("sasl.mechanism", "SCRAM-SHA-512").unwrap();
+        c.set("sasl.username", " alice ").unwrap();
+        c.set("sasl.password", "s3cret").unwrap();
+        c.set("ssl.ca.location", "certs/ca.pem").unwrap();
+        c.set("ssl_certificate_location", "certs/alice.pem")
+            .unwrap();
+        c.set("ssl.key.location", "certs/alice.key").unwrap();
+        assert_eq!(c.security_protocol, SecurityProtocol::SaslSsl);
+        assert_eq!(c.sasl_mechanism, SaslMechanism::ScramSha512);
+        assert_eq!(c.sasl_username.as_deref(), Some("alice"));
+        assert_eq!(
+            c.sasl_password.as_ref().map(Password::expose),
+            Some("s3cret")
+        );
+        assert_eq!(
+            c.ssl_ca_location.as_deref(),
+            Some(Path::new("certs/ca.pem"))
+        );
+        c.validate().unwrap();
+        // The password stays out of logs.
+        let debug = format!("{c:?}");
+        assert!(
+            !debug.contains("s3cret") && debug.contains("<redacted>"),
+            "{debug}"
+        );
+
+        for (protocol, name) in [
+            (SecurityProtocol::Plaintext, "PLAINTEXT"),
+            (SecurityProtocol::Ssl, "SSL"),
+            (SecurityProtocol::SaslPlaintext, "SASL_PLAINTEXT"),
+            (SecurityProtocol::SaslSsl, "SASL_SSL"),
+        ] {
+            assert_eq!(protocol.to_string(), name);
+            assert_eq!(name.parse::<SecurityProtocol>(), Ok(protocol));
+        }
+        for m in [
+            SaslMechanism::ScramSha256,
+            SaslMechanism::ScramSha512,
+            SaslMechanism::Plain,
+        ] {
+            assert_eq!(m.to_string().parse::<SaslMechanism>(), Ok(m));
+        }
+        let err = c.set("security.protocol", "TLS").unwrap_err().to_string();
+        assert!(
+            err.contains("PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"),
+            "{err}"
+        );
+        let err = c.set("sasl.mechanism", "GSSAPI").unwrap_err().to_string();
+        assert!(err.contains("not supported"), "{err}");
+        let err = c.set("sasl.jaas.config", "x").unwrap_err().to_string();
+        assert!(err.contains("set sasl.username and sasl.password"), "{err}");
+        let err = c
+            .set("ssl.truststore.location", "t.jks")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("ssl.ca.location"), "{err}");
+        // Producers and consumers take them too.
+        let mut p = ProducerConfig::new("h:1");
+        p.set("security.protocol", "SSL").unwrap();
+        assert!(p.client.security_protocol.is_tls());
+    }
+
+    #[test]
+    fn security_settings_must_fit_the_protocol() {
+        let invalid = |settings: &[(&str, &str)]| {
+            let mut c = ClientConfig::new("h:1");
+            for (k, v) in settings {
+                c.set(k, v).unwrap();
+            }
+            c.validate().err().map(|e| e.to_string())
+        };
+        let err = invalid(&[
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.username", "a"),
+        ]);
+        assert!(
+            err.as_deref()
+                .is_some_and(|e| e.contains("needs sasl.username and sasl.password")),
+            "{err:?}"
+        );
+        let err = invalid(&[("sasl.username", "a"), ("sasl.password", "p")]);
+        assert!(
+            err.as_deref().is_some_and(
+                |e| e.contains("sasl.username is set but security.protocol is PLAINTEXT")
+            ),
+            "{err:?}"
+        );
+        let err = invalid(&[
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.username", "a"),
+            ("sasl.password", "p"),
+            ("ssl.ca.location", "ca.pem"),
+        ]);
+        assert!(
+            err.as_deref()
+                .is_some_and(|e| e.contains("set security.protocol to SSL or SASL_SSL")),
+            "{err:?}"
+        );
+        let err = invalid(&[
+            ("security.protocol", "SSL"),
+            ("ssl.certificate.location", "a.pem"),
+        ]);
+        assert!(
+            err.as_deref().is_some_and(|e| e.contains("go together")),
+            "{err:?}"
+        );
+        // PLAIN without TLS is allowed (as in Kafka), if unwise.
+        assert_eq!(
+            invalid(&[
+                ("security.protocol", "SASL_PLAINTEXT"),
+                ("sasl.mechanism", "PLAIN"),
+                ("sasl.username", "a"),
+                ("sasl.password", "p"),
+            ]),
+            None
+        );
+        assert_eq!(invalid(&[("security.protocol", "SSL")]), None);
+        // An empty value unsets.
+        assert_eq!(
+            invalid(&[("ssl.ca.location", "ca.pem"), ("ssl.ca.location", "")]),
+            None
+        );
+    }
+
+    #[test]
+    fn properties_files_parse_with_lines_and_comments() {
+        let text = "# client.properties\n\
+                    ! another comment\n\
+                    \n\
+                    security.protocol=SASL_SSL\n\
+                    sasl.mechanism : SCRAM-SHA-256\n\
+                    \tsasl.username = alice \n\
+                    sasl.password=pa=ss:word\n\
+                    ssl.ca.location: C:/certs/ca.pem\n";
+        let props = parse_properties(text).unwrap();
+        let pairs: Vec<(&str, &str, usize)> = props
+            .iter()
+            .map(|p| (p.key.as_str(), p.value.as_str(), p.line))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                ("security.protocol", "SASL_SSL", 4),
+                ("sasl.mechanism", "SCRAM-SHA-256", 5),
+                ("sasl.username", "alice", 6),
+                ("sasl.password", "pa=ss:word", 7),
+                ("ssl.ca.location", "C:/certs/ca.pem", 8),
+            ]
+        );
+        assert_eq!(
+            parse_properties("a=1\njust words\n"),
+            Err((2, "expected key=value (got \"just words\")".to_string()))
+        );
+        assert!(parse_properties("=1")
+            .unwrap_err()
+            .1
+            .contains("key before '=' is empty"));
+        assert_eq!(parse_properties("k=a \\\n  b").unwrap_err().0, 1);
+        assert_eq!(parse_properties("empty=").unwrap()[0].value, "");
+    }
+
+    #[test]
+    fn properties_file_errors_name_the_file_and_line() {
+        let dir = std::env::temp_dir().join(format!("syncline-props-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("client.properties");
+        std::fs::write(&path, "security.protocol=SSL\nbroken line\n").unwrap();
+        let err = load_properties(&path).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("{}:2: expected key=value", path.display())),
+            "{err}"
+        );
+        std::fs::write(&path, "security.protocol=SSL\n").unwrap();
+        assert_eq!(
+            load_properties(&path).unwrap(),
+            [("security.protocol".to_string(), "SSL".to_string())]
+        );
+        let missing = dir.join("nope.properties");
+        let err = load_properties(&missing).unwrap_err().to_string();
+        assert!(
+            err.contains(&missing.display().to_string()) && err.contains("no such file"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -29,6 +29,13 @@ type Pending = Mutex<HashMap<i32, oneshot::Sender<pb::response::Body>>>;
 struct Shared {
     pending: Pending,
     closed: AtomicBool,
+    /// A response arrived: the peer speaks our protocol.
+    answered: AtomicBool,
+    /// The peer ended the stream (or it failed), rather than this side.
+    peer_closed: AtomicBool,
+    /// The TLS reason the stream failed, if it was one (a broker refusing the
+    /// client certificate says so at the first read).
+    tls_failure: Mutex<Option<syncline_tls::TlsError>>,
     /// Stops both tasks: on [`Connection::close`], on any I/O error, or when the
     /// last handle is dropped (the writer's queue closes).
     stop: CancellationToken,
@@ -75,7 +82,9 @@ impl Drop for PendingGuard<'_> {
 }
 
 impl Connection {
-    /// Connects over TCP to `addr` (`host:port`), failing after `connect_timeout`.
+    /// Connects over plain TCP to `addr` (`host:port`), failing after
+    /// `connect_timeout`: no TLS, no SASL. [`Connector`](crate::Connector)
+    /// connects as a [`ClientConfig`](crate::ClientConfig) says.
     pub async fn connect(
         addr: &str,
         client_id: &str,
@@ -109,6 +118,9 @@ impl Connection {
         let shared = Arc::new(Shared {
             pending: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
+            answered: AtomicBool::new(false),
+            peer_closed: AtomicBool::new(false),
+            tls_failure: Mutex::new(None),
             stop: CancellationToken::new(),
         });
         let (outgoing, mut queue) = mpsc::channel::<Bytes>(WRITE_QUEUE_FRAMES);
@@ -147,21 +159,31 @@ impl Connection {
             loop {
                 let next = tokio::select! {
                     _ = reader_shared.stop.cancelled() => break,
-                    next = frames.next() => match next {
-                        Some(n) => n,
-                        None => break,
-                    },
+                    next = frames.next() => next,
                 };
-                let response = match next
-                    .map_err(ClientError::from)
-                    .and_then(|f| frame::decode_response(f.freeze()).map_err(ClientError::from))
-                {
+                let bytes = match next {
+                    Some(Ok(bytes)) => bytes,
+                    Some(Err(e)) => {
+                        *reader_shared.tls_failure.lock() =
+                            syncline_tls::TlsError::from_client_io(&e);
+                        reader_shared.peer_closed.store(true, Ordering::Release);
+                        tracing::warn!(peer = %reader_peer, error = %e, "closing connection");
+                        break;
+                    }
+                    None => {
+                        reader_shared.peer_closed.store(true, Ordering::Release);
+                        break;
+                    }
+                };
+                let response = match frame::decode_response(bytes.freeze()) {
                     Ok(r) => r,
                     Err(e) => {
+                        reader_shared.peer_closed.store(true, Ordering::Release);
                         tracing::warn!(peer = %reader_peer, error = %e, "closing connection");
                         break;
                     }
                 };
+                reader_shared.answered.store(true, Ordering::Release);
                 let waiter = reader_shared
                     .pending
                     .lock()
@@ -198,6 +220,22 @@ impl Connection {
         self.shared.closed.load(Ordering::Acquire)
     }
 
+    /// Why requests on this closed connection fail: the TLS reason if there
+    /// was one, [`ClientError::ClosedBeforeAnswer`] if the broker hung up
+    /// without ever answering, else [`ClientError::Disconnected`].
+    fn disconnected(&self) -> ClientError {
+        let peer = self.peer.to_string();
+        if let Some(source) = self.shared.tls_failure.lock().clone() {
+            return ClientError::Tls { addr: peer, source };
+        }
+        if self.shared.peer_closed.load(Ordering::Acquire)
+            && !self.shared.answered.load(Ordering::Acquire)
+        {
+            return ClientError::ClosedBeforeAnswer(peer);
+        }
+        ClientError::Disconnected(peer)
+    }
+
     fn envelope(&self, body: pb::request::Body) -> (i32, Bytes) {
         let correlation_id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed);
         let request = pb::Request {
@@ -230,7 +268,7 @@ impl Connection {
         let (correlation_id, bytes) = self.envelope(body);
         let (tx, rx) = oneshot::channel();
         if self.is_closed() {
-            return Err(ClientError::Disconnected(self.peer.to_string()));
+            return Err(self.disconnected());
         }
         self.shared.pending.lock().insert(correlation_id, tx);
         let _guard = PendingGuard {
@@ -239,17 +277,16 @@ impl Connection {
         };
         // The writer may have closed between the check and the insert.
         if self.is_closed() || self.outgoing.send(bytes).await.is_err() {
-            return Err(ClientError::Disconnected(self.peer.to_string()));
+            return Err(self.disconnected());
         }
-        rx.await
-            .map_err(|_| ClientError::Disconnected(self.peer.to_string()))
+        rx.await.map_err(|_| self.disconnected())
     }
 
     /// Sends a request that gets no response (a produce with acks=0).
     pub async fn send_no_response(&self, body: pb::request::Body) -> Result<(), ClientError> {
         let (_, bytes) = self.envelope(body);
         if self.is_closed() || self.outgoing.send(bytes).await.is_err() {
-            return Err(ClientError::Disconnected(self.peer.to_string()));
+            return Err(self.disconnected());
         }
         Ok(())
     }
@@ -321,8 +358,34 @@ mod tests {
         });
         drop(b);
         let err = waiting.await.unwrap().unwrap_err();
-        assert!(matches!(err, ClientError::Disconnected(_)), "{err:?}");
+        // A peer that never answered: maybe not a plaintext listener.
+        assert!(matches!(err, ClientError::ClosedBeforeAnswer(_)), "{err:?}");
+        assert!(err.to_string().contains("check security.protocol"), "{err}");
         assert!(conn.is_closed());
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_answered_and_then_closed_is_a_lost_connection() {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let (r, w) = tokio::io::split(b);
+        let conn = Connection::from_stream(a, "peer", "test", 1 << 20);
+        let peer = tokio::spawn(async move {
+            let mut frames = FramedRead::new(r, frame::codec(1 << 20));
+            let mut sink = FramedWrite::new(w, frame::codec(1 << 20));
+            let req =
+                frame::decode_request(frames.next().await.unwrap().unwrap().freeze()).unwrap();
+            let resp = pb::Response {
+                correlation_id: req.correlation_id,
+                body: Some(response::Body::Metadata(pb::MetadataResponse::default())),
+            };
+            sink.send(frame::encode(&resp)).await.unwrap();
+            // Takes the next request and hangs up.
+            let _ = frames.next().await;
+        });
+        conn.send(metadata()).await.unwrap();
+        let err = conn.send(metadata()).await.unwrap_err();
+        peer.await.unwrap();
+        assert!(matches!(err, ClientError::Disconnected(_)), "{err:?}");
     }
 
     #[tokio::test]

@@ -27,6 +27,51 @@ pub enum ClientError {
     /// The connection closed while a request was outstanding.
     #[error("connection to {0} closed")]
     Disconnected(String),
+    /// The broker closed a new connection without answering anything: often a
+    /// TLS or SASL listener that a plaintext client spoke to.
+    #[error("the broker at {0} closed the connection before answering (if it is up: a TLS or SASL listener? check security.protocol)")]
+    ClosedBeforeAnswer(String),
+    /// TLS could not be set up (the settings' files) or the handshake with a
+    /// broker failed; the [`syncline_tls::TlsError`] says which.
+    #[error("{}{source}", if addr.is_empty() { String::new() } else { format!("TLS with {addr}: ") })]
+    Tls {
+        /// The broker's address (empty for a settings error).
+        addr: String,
+        /// What went wrong.
+        #[source]
+        source: syncline_tls::TlsError,
+    },
+    /// The broker refused the SASL username or password.
+    #[error("authentication failed for user {username}: wrong username or password (SASL_AUTHENTICATION_FAILED, {mechanism}){}", if message.is_empty() { String::new() } else { format!("; the broker said: {message}") })]
+    AuthenticationFailed {
+        /// Who the client claimed to be.
+        username: String,
+        /// The mechanism used.
+        mechanism: &'static str,
+        /// The broker's message, possibly empty.
+        message: String,
+    },
+    /// The broker's listener does not offer the configured SASL mechanism.
+    #[error(
+        "the broker at {addr} does not accept sasl.mechanism {mechanism} (it offers: {offered})"
+    )]
+    SaslMechanism {
+        /// The broker's address.
+        addr: String,
+        /// The mechanism asked for.
+        mechanism: &'static str,
+        /// What it offers, comma-separated (empty: none).
+        offered: String,
+    },
+    /// Any other SASL failure (the listener takes no SASL, the broker did not
+    /// prove it knows the credential, the exchange broke off).
+    #[error("SASL authentication with {addr} failed: {reason}")]
+    Sasl {
+        /// The broker's address.
+        addr: String,
+        /// What went wrong.
+        reason: String,
+    },
     /// Socket error.
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
@@ -137,6 +182,8 @@ impl ClientError {
             | ClientError::Topic { code, .. }
             | ClientError::Partition { code, .. } => Some(*code),
             ClientError::Unreachable { last, .. } => last.code(),
+            ClientError::AuthenticationFailed { .. } => Some(ErrorCode::SaslAuthenticationFailed),
+            ClientError::SaslMechanism { .. } => Some(ErrorCode::UnsupportedSaslMechanism),
             _ => None,
         }
     }
@@ -153,7 +200,9 @@ impl ClientError {
             | ClientError::Disconnected(_)
             | ClientError::Io(_)
             | ClientError::Timeout(_)
+            | ClientError::ClosedBeforeAnswer(_)
             | ClientError::UnknownBroker(_) => true,
+            ClientError::Tls { source, .. } => tls_is_transient(source),
             _ => false,
         }
     }
@@ -167,9 +216,32 @@ impl ClientError {
                 | ClientError::ConnectTimeout(_)
                 | ClientError::Unreachable { .. }
                 | ClientError::Disconnected(_)
+                | ClientError::ClosedBeforeAnswer(_)
                 | ClientError::Io(_)
-        )
+        ) || matches!(self, ClientError::Tls { source, .. } if tls_is_transient(source))
     }
+
+    /// True when the failure is about TLS or SASL: the certificates, the
+    /// credential or `security.protocol` need changing, not the network.
+    pub fn is_security(&self) -> bool {
+        match self {
+            ClientError::Tls { source, .. } => !tls_is_transient(source),
+            ClientError::AuthenticationFailed { .. }
+            | ClientError::SaslMechanism { .. }
+            | ClientError::Sasl { .. } => true,
+            ClientError::Unreachable { last, .. } => last.is_security(),
+            _ => false,
+        }
+    }
+}
+
+/// A handshake that broke off or took too long may work next time; a refused
+/// certificate will not.
+fn tls_is_transient(e: &syncline_tls::TlsError) -> bool {
+    matches!(
+        e,
+        syncline_tls::TlsError::Io(_) | syncline_tls::TlsError::Timeout(_)
+    )
 }
 
 /// Why one produced record was not acknowledged. Cloneable: every record of a

@@ -55,20 +55,37 @@
 //!
 //! Layout, one concept per module:
 //! - `config`: settings; `error`: [`ClientError`], [`ProduceError`].
-//! - `connection`: one pipelined socket to one broker.
+//! - `connection`: one pipelined socket to one broker; `connector`: opening
+//!   one as the configuration's `security.protocol` says (TCP, TLS, SASL).
 //! - `cluster`: connection per broker, metadata cache (`metadata`) and refresh.
 //! - `admin`: topics and cluster description (merging leaders' views).
 //! - `producer`: `send`/`flush`/`close`; `accumulator` (batches per partition),
 //!   `buffer` (`buffer_memory`), `partitioner`, `sender` (the background task:
 //!   requests, retries, completions).
 //! - `consumer`: assign, seek, poll.
-//! - `sasl`: authenticating a fresh stream (SaslHandshake, SaslAuthenticate).
+//! - `sasl`: authenticating a fresh stream (SaslHandshake, SaslAuthenticate)
+//!   with SCRAM or PLAIN.
+//!
+//! Security settings are Kafka's (librdkafka's names for the PEM files):
+//!
+//! ```
+//! # fn example() -> Result<(), syncline_client::ClientError> {
+//! let mut config = syncline_client::ClientConfig::new("broker-1:9093");
+//! config.set("security.protocol", "SASL_SSL")?;
+//! config.set("sasl.mechanism", "SCRAM-SHA-512")?;
+//! config.set("sasl.username", "alice")?;
+//! config.set("sasl.password", "alice-secret")?;
+//! config.set("ssl.ca.location", "certs/ca.pem")?;
+//! config.validate()?;
+//! # Ok(()) }
+//! ```
 
 #![warn(missing_docs)]
 
 pub mod admin;
 pub mod config;
 pub mod connection;
+pub mod connector;
 pub mod consumer;
 pub mod error;
 pub mod group_consumer;
@@ -87,13 +104,18 @@ mod sender;
 mod testing;
 
 pub use admin::{
-    Admin, AlteredTopic, BrokerDescription, BrokerLoad, ClusterDescription, CreatedTopic,
-    DeletedTopic, ElectionResult, LeaderView, NewTopic, PartitionDescription, QuorumDescription,
-    QuorumVoter, Reassignment, ReassignmentResult, ReplicaStatus, TopicAlteration,
-    TopicDescription,
+    AclCreationResult, AclDeletionResult, Admin, AlteredTopic, BrokerDescription, BrokerLoad,
+    ClusterDescription, CreatedTopic, DeletedTopic, ElectionResult, LeaderView, NewTopic,
+    PartitionDescription, QuorumDescription, QuorumVoter, Reassignment, ReassignmentResult,
+    ReplicaStatus, ScramCredentialInfo, TopicAlteration, TopicDescription, UserAlterationResult,
+    UserScramCredentialAlteration, UserScramCredentials,
 };
-pub use config::{Acks, AutoOffsetReset, ClientConfig, ConsumerConfig, ProducerConfig};
+pub use config::{
+    Acks, AutoOffsetReset, ClientConfig, ConsumerConfig, Password, ProducerConfig, SaslMechanism,
+    SecurityProtocol,
+};
 pub use connection::Connection;
+pub use connector::Connector;
 pub use consumer::Consumer;
 pub use error::{ClientError, ProduceError};
 pub use group_consumer::GroupConsumer;

@@ -111,7 +111,12 @@ impl Metadata {
         }
         for topic in &response.topics {
             let code = ErrorCode::from_wire(topic.error_code);
-            if code == ErrorCode::UnknownTopicOrPartition {
+            // Gone, or not ours to see: nothing to cache (the caller reports
+            // the code).
+            if matches!(
+                code,
+                ErrorCode::UnknownTopicOrPartition | ErrorCode::TopicAuthorizationFailed
+            ) {
                 self.topics.remove(&topic.name);
                 continue;
             }

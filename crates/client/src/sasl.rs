@@ -1,7 +1,9 @@
 //! SASL authentication of a fresh stream, before it carries any other request:
 //! SaslHandshake naming the mechanism, then SaslAuthenticate with the SCRAM
-//! client-first and client-final messages (Kafka's exchange). Brokers use it on
-//! every connection to each other; the stream is then handed to
+//! client-first and client-final messages, or with the one PLAIN message
+//! (Kafka's exchange). Brokers use [`authenticate`] on every connection to
+//! each other, clients [`authenticate_user`] with their [`UserCredential`];
+//! the stream is then handed to
 //! [`Connection::from_stream`](crate::Connection::from_stream).
 
 use std::sync::Arc;
@@ -13,7 +15,70 @@ use syncline_proto::{frame, pb, ErrorCode, API_VERSION};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_util::codec::FramedRead;
 
+use crate::config::SaslMechanism;
 use crate::ClientError;
+
+/// Who a client authenticates as. Made once per client and shared by its
+/// connections (a SCRAM credential caches its salted password, so
+/// reconnecting does not pay PBKDF2 again). Its `Debug` shows no password.
+#[derive(Clone)]
+pub enum UserCredential {
+    /// SCRAM-SHA-256 or SCRAM-SHA-512.
+    Scram {
+        /// Which hash.
+        mechanism: Mechanism,
+        /// The username and password.
+        credential: Arc<ClientCredential>,
+    },
+    /// PLAIN: the password itself is sent.
+    Plain {
+        /// The username.
+        username: String,
+        /// The password.
+        password: String,
+    },
+}
+
+impl UserCredential {
+    /// A credential for `mechanism`.
+    pub fn new(mechanism: SaslMechanism, username: &str, password: &str) -> UserCredential {
+        match mechanism.scram() {
+            Some(mechanism) => UserCredential::Scram {
+                mechanism,
+                credential: Arc::new(ClientCredential::new(username, password)),
+            },
+            None => UserCredential::Plain {
+                username: username.to_string(),
+                password: password.to_string(),
+            },
+        }
+    }
+
+    /// The username.
+    pub fn username(&self) -> &str {
+        match self {
+            UserCredential::Scram { credential, .. } => credential.username(),
+            UserCredential::Plain { username, .. } => username,
+        }
+    }
+
+    /// The mechanism's name.
+    pub fn mechanism_name(&self) -> &'static str {
+        match self {
+            UserCredential::Scram { mechanism, .. } => mechanism.name(),
+            UserCredential::Plain { .. } => syncline_auth::plain::MECHANISM_NAME,
+        }
+    }
+}
+
+impl std::fmt::Debug for UserCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserCredential")
+            .field("mechanism", &self.mechanism_name())
+            .field("username", &self.username())
+            .finish_non_exhaustive()
+    }
+}
 
 /// Why an authentication failed.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +114,55 @@ pub enum AuthError {
     Client(#[from] ClientError),
 }
 
+impl AuthError {
+    /// The client error for a failed exchange with the broker at `addr`, as
+    /// `mechanism`.
+    pub fn into_client_error(self, addr: &str, mechanism: &'static str) -> ClientError {
+        match self {
+            AuthError::Mechanism { mechanism, offered } => ClientError::SaslMechanism {
+                addr: addr.to_string(),
+                mechanism,
+                offered,
+            },
+            AuthError::Refused { username, message } => ClientError::AuthenticationFailed {
+                username,
+                mechanism,
+                message,
+            },
+            AuthError::Server { .. } => ClientError::Sasl {
+                addr: addr.to_string(),
+                reason: self.to_string(),
+            },
+            AuthError::Client(ClientError::Protocol {
+                code: ErrorCode::IllegalSaslState,
+                ..
+            }) => ClientError::Sasl {
+                addr: addr.to_string(),
+                reason: "the listener takes no SASL (ILLEGAL_SASL_STATE): check security.protocol \
+                         (PLAINTEXT or SSL for a listener without SASL)"
+                    .into(),
+            },
+            // The broker's verdict on the TLS handshake (a client certificate
+            // it requires) comes with the first answer; otherwise it hung up,
+            // or answered with bytes that are no frame (a TLS alert, from a
+            // TLS listener).
+            AuthError::Client(ClientError::Io(e)) => {
+                match syncline_tls::TlsError::from_client_io(&e) {
+                    Some(source) => ClientError::Tls {
+                        addr: addr.to_string(),
+                        source,
+                    },
+                    None => ClientError::ClosedBeforeAnswer(addr.to_string()),
+                }
+            }
+            AuthError::Client(ClientError::Disconnected(_) | ClientError::Frame(_)) => {
+                ClientError::ClosedBeforeAnswer(addr.to_string())
+            }
+            AuthError::Client(e) => e,
+        }
+    }
+}
+
 /// Authenticates `stream` as `credential` with `mechanism`. On success the
 /// stream is positioned after the exchange, ready for requests.
 pub async fn authenticate<S>(
@@ -61,30 +175,12 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let username = credential.username().to_string();
-    // Responses to the exchange are small; a peer sending more is not a broker.
     let mut exchange = Exchange {
         stream,
         client_id,
         correlation_id: 0,
     };
-    match exchange
-        .call(pb::request::Body::SaslHandshake(pb::SaslHandshakeRequest {
-            mechanism: mechanism.name().to_string(),
-        }))
-        .await?
-    {
-        pb::response::Body::SaslHandshake(r) => match ErrorCode::from_wire(r.error_code) {
-            ErrorCode::None => {}
-            ErrorCode::UnsupportedSaslMechanism => {
-                return Err(AuthError::Mechanism {
-                    mechanism: mechanism.name(),
-                    offered: r.mechanisms.join(", "),
-                })
-            }
-            code => return Err(protocol(code, String::new())),
-        },
-        other => return Err(unexpected(other)),
-    }
+    exchange.handshake(mechanism.name()).await?;
     let (mut scram, first) = ScramClient::start(mechanism, credential);
     let server_first = exchange.authenticate(first, &username).await?;
     let last = scram
@@ -99,6 +195,52 @@ where
         .map_err(|source| AuthError::Server { username, source })
 }
 
+/// Authenticates `stream` as the user `credential` names, with its mechanism.
+/// On success the stream is positioned after the exchange, ready for requests.
+pub async fn authenticate_user<S>(
+    stream: &mut S,
+    credential: &UserCredential,
+    client_id: &str,
+) -> Result<(), AuthError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    match credential {
+        UserCredential::Scram {
+            mechanism,
+            credential,
+        } => authenticate(stream, *mechanism, credential.clone(), client_id).await,
+        UserCredential::Plain { username, password } => {
+            authenticate_plain(stream, username, password, client_id).await
+        }
+    }
+}
+
+/// Authenticates `stream` with PLAIN: one message with the username and the
+/// password. Keep it to TLS streams: the password crosses the wire.
+pub async fn authenticate_plain<S>(
+    stream: &mut S,
+    username: &str,
+    password: &str,
+    client_id: &str,
+) -> Result<(), AuthError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut exchange = Exchange {
+        stream,
+        client_id,
+        correlation_id: 0,
+    };
+    exchange
+        .handshake(syncline_auth::plain::MECHANISM_NAME)
+        .await?;
+    exchange
+        .authenticate(syncline_auth::plain::encode(username, password), username)
+        .await
+        .map(|_| ())
+}
+
 struct Exchange<'a, S> {
     stream: &'a mut S,
     client_id: &'a str,
@@ -109,6 +251,26 @@ struct Exchange<'a, S> {
 const MAX_EXCHANGE_FRAME: usize = 64 * 1024;
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Exchange<'_, S> {
+    /// SaslHandshake: the broker must offer `mechanism`.
+    async fn handshake(&mut self, mechanism: &'static str) -> Result<(), AuthError> {
+        match self
+            .call(pb::request::Body::SaslHandshake(pb::SaslHandshakeRequest {
+                mechanism: mechanism.to_string(),
+            }))
+            .await?
+        {
+            pb::response::Body::SaslHandshake(r) => match ErrorCode::from_wire(r.error_code) {
+                ErrorCode::None => Ok(()),
+                ErrorCode::UnsupportedSaslMechanism => Err(AuthError::Mechanism {
+                    mechanism,
+                    offered: r.mechanisms.join(", "),
+                }),
+                code => Err(protocol(code, String::new())),
+            },
+            other => Err(unexpected(other)),
+        }
+    }
+
     async fn call(&mut self, body: pb::request::Body) -> Result<pb::response::Body, ClientError> {
         self.correlation_id += 1;
         let request = pb::Request {

@@ -8,9 +8,12 @@ mod delete_topics;
 mod elect_leaders;
 mod producer_ids;
 mod reassign;
+mod security;
 mod topics;
 
 pub use producer_ids::PRODUCER_ID_BLOCK_SIZE;
+pub(crate) use security::check_credential;
+pub use security::{credential_of, verifier_of, MAX_USER_NAME_LEN};
 pub use topics::{MAX_PARTITIONS_PER_REQUEST, MAX_TOPIC_NAME_LEN};
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -10,10 +10,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
+use syncline_auth::acl::AclBinding;
+use syncline_auth::Mechanism;
 use syncline_proto::pb::{self, metadata_record::Record};
 use syncline_proto::NO_LEADER;
 
 use syncline_proto::TopicPartition;
+
+use crate::controller::check_credential;
 
 /// A registered broker as the metadata log describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -164,6 +168,16 @@ impl PartitionRegistration {
     }
 }
 
+fn invalid_security(why: impl Into<String>) -> ApplyError {
+    ApplyError::InvalidSecurityRecord(why.into())
+}
+
+/// The ACL of an ACL record, validated.
+fn acl_of(acl: Option<&pb::AclBinding>) -> Result<AclBinding, ApplyError> {
+    let acl = acl.ok_or_else(|| invalid_security("an ACL record without an ACL"))?;
+    AclBinding::from_pb(acl).map_err(|e| invalid_security(format!("invalid ACL: {e}")))
+}
+
 fn has_duplicates(ids: &[i32]) -> bool {
     ids.iter().collect::<BTreeSet<_>>().len() != ids.len()
 }
@@ -239,6 +253,10 @@ pub enum ApplyError {
     /// A `TopicConfigRecord` for a topic that does not exist.
     #[error("topic {0} does not exist")]
     UnknownTopic(String),
+    /// A user or ACL record that cannot be applied: an invalid credential or ACL, a
+    /// credential or ACL removed that is not there, an ACL added twice.
+    #[error("invalid user or ACL record: {0}")]
+    InvalidSecurityRecord(String),
     /// A `PartitionRecord` that cannot be applied.
     #[error("invalid record for partition {partition}: {reason}")]
     InvalidPartition {
@@ -270,6 +288,13 @@ pub struct MetadataImage {
     unclean_elections_total: u64,
     /// The first producer id not given out yet.
     next_producer_id: i64,
+    /// User credentials by (name, mechanism name).
+    credentials: BTreeMap<(String, String), pb::ScramCredential>,
+    /// Every ACL.
+    acls: BTreeSet<AclBinding>,
+    /// A user credential was ever set or removed: the bootstrap users are not
+    /// added again.
+    users_initialized: bool,
 }
 
 impl Default for MetadataImage {
@@ -289,6 +314,9 @@ impl MetadataImage {
             last_applied_offset: -1,
             unclean_elections_total: 0,
             next_producer_id: 0,
+            credentials: BTreeMap::new(),
+            acls: BTreeSet::new(),
+            users_initialized: false,
         }
     }
 
@@ -316,6 +344,10 @@ impl MetadataImage {
             Record::Partition(r) => self.apply_partition(r)?,
             Record::TopicConfig(r) => self.apply_topic_config(r)?,
             Record::ProducerIds(r) => self.apply_producer_ids(r)?,
+            Record::UserScramCredential(r) => self.apply_user_scram_credential(r)?,
+            Record::RemoveUserScramCredential(r) => self.apply_remove_user_scram_credential(r)?,
+            Record::Acl(r) => self.apply_acl(r)?,
+            Record::RemoveAcl(r) => self.apply_remove_acl(r)?,
         }
         self.last_applied_offset = offset;
         debug_assert_eq!(self.check_invariants(), Ok(()));
@@ -436,6 +468,94 @@ impl MetadataImage {
         self.next_producer_id
     }
 
+    fn apply_user_scram_credential(
+        &mut self,
+        r: &pb::UserScramCredentialRecord,
+    ) -> Result<(), ApplyError> {
+        let Some(c) = &r.credential else {
+            return Err(invalid_security("a user record without a credential"));
+        };
+        check_credential(c).map_err(|(_, why)| invalid_security(why))?;
+        self.credentials
+            .insert((c.name.clone(), c.mechanism.clone()), c.clone());
+        self.users_initialized = true;
+        Ok(())
+    }
+
+    fn apply_remove_user_scram_credential(
+        &mut self,
+        r: &pb::RemoveUserScramCredentialRecord,
+    ) -> Result<(), ApplyError> {
+        if self
+            .credentials
+            .remove(&(r.name.clone(), r.mechanism.clone()))
+            .is_none()
+        {
+            return Err(invalid_security(format!(
+                "user {:?} has no {} credential to remove",
+                r.name, r.mechanism
+            )));
+        }
+        self.users_initialized = true;
+        Ok(())
+    }
+
+    fn apply_acl(&mut self, r: &pb::AclRecord) -> Result<(), ApplyError> {
+        let acl = acl_of(r.acl.as_ref())?;
+        if self.acls.contains(&acl) {
+            return Err(invalid_security(format!("ACL exists already: {acl}")));
+        }
+        self.acls.insert(acl);
+        Ok(())
+    }
+
+    fn apply_remove_acl(&mut self, r: &pb::RemoveAclRecord) -> Result<(), ApplyError> {
+        let acl = acl_of(r.acl.as_ref())?;
+        if !self.acls.remove(&acl) {
+            return Err(invalid_security(format!("no such ACL to remove: {acl}")));
+        }
+        Ok(())
+    }
+
+    /// A user's credential for one mechanism.
+    pub fn scram_credential(
+        &self,
+        name: &str,
+        mechanism: Mechanism,
+    ) -> Option<&pb::ScramCredential> {
+        self.credentials
+            .get(&(name.to_owned(), mechanism.name().to_owned()))
+    }
+
+    /// Every user credential, by user name then mechanism.
+    pub fn scram_credentials(&self) -> impl Iterator<Item = &pb::ScramCredential> {
+        self.credentials.values()
+    }
+
+    /// Every ACL, in [`AclBinding`]'s order.
+    pub fn acls(&self) -> impl Iterator<Item = &AclBinding> {
+        self.acls.iter()
+    }
+
+    /// Whether the image has this ACL.
+    pub fn has_acl(&self, acl: &AclBinding) -> bool {
+        self.acls.contains(acl)
+    }
+
+    /// Whether a user credential was ever set or removed (then the controller's
+    /// bootstrap users are never added again).
+    pub fn users_initialized(&self) -> bool {
+        self.users_initialized
+    }
+
+    /// Every user credential and ACL, as `LeaderAndIsr` announces them.
+    pub fn security_image(&self) -> pb::SecurityImage {
+        pb::SecurityImage {
+            credentials: self.credentials.values().cloned().collect(),
+            acls: self.acls.iter().map(AclBinding::to_pb).collect(),
+        }
+    }
+
     fn apply_topic_config(&mut self, r: &pb::TopicConfigRecord) -> Result<(), ApplyError> {
         let topic = self
             .topics
@@ -533,7 +653,9 @@ impl MetadataImage {
 
     /// Checks the whole image: every partition has leader ∈ ISR ⊆ replicas (or no
     /// leader), a non-empty ISR without duplicates, replicas on registered brokers and a
-    /// leader that is an unfenced broker. `apply` asserts it in debug builds.
+    /// leader that is an unfenced broker; every user credential is valid (no
+    /// `broker-N` name, a known mechanism, keys of its hash's length) and marks the
+    /// users initialized. `apply` asserts it in debug builds.
     pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
         let violation = |tp: TopicPartition, what: &str| {
             Err(InvariantViolation(format!("partition {tp}: {what}")))
@@ -551,6 +673,22 @@ impl MetadataImage {
                     return violation(tp(), "led by a fenced broker");
                 }
             }
+        }
+        for ((name, mechanism), c) in &self.credentials {
+            if (&c.name, &c.mechanism) != (name, mechanism) {
+                return Err(InvariantViolation(format!(
+                    "the credential kept as user {name:?}'s {mechanism} is {:?}'s {}",
+                    c.name, c.mechanism
+                )));
+            }
+            if let Err((_, why)) = check_credential(c) {
+                return Err(InvariantViolation(why));
+            }
+        }
+        if !self.credentials.is_empty() && !self.users_initialized {
+            return Err(InvariantViolation(
+                "user credentials exist, but users are not marked initialized".to_string(),
+            ));
         }
         for b in self.brokers.values() {
             if b.epoch > self.last_applied_offset {
@@ -572,6 +710,8 @@ impl MetadataImage {
             last_applied_offset: self.last_applied_offset,
             unclean_elections_total: self.unclean_elections_total,
             next_producer_id: self.next_producer_id,
+            security: Some(self.security_image()),
+            users_initialized: self.users_initialized,
             brokers: self
                 .brokers
                 .values()
@@ -686,6 +826,31 @@ impl MetadataImage {
                 return invalid(format!("topic {} appears twice", t.name));
             }
         }
+        let mut credentials = BTreeMap::new();
+        let mut acls = BTreeSet::new();
+        if let Some(security) = &snapshot.security {
+            for c in &security.credentials {
+                if let Err((_, why)) = check_credential(c) {
+                    return invalid(why);
+                }
+                let key = (c.name.clone(), c.mechanism.clone());
+                if credentials.insert(key, c.clone()).is_some() {
+                    return invalid(format!(
+                        "user {:?}'s {} credential appears twice",
+                        c.name, c.mechanism
+                    ));
+                }
+            }
+            for a in &security.acls {
+                let acl = match AclBinding::from_pb(a) {
+                    Ok(acl) => acl,
+                    Err(e) => return invalid(format!("invalid ACL: {e}")),
+                };
+                if !acls.insert(acl.clone()) {
+                    return invalid(format!("ACL appears twice: {acl}"));
+                }
+            }
+        }
         let image = MetadataImage {
             controller_id: snapshot.controller_id,
             controller_epoch: snapshot.controller_epoch,
@@ -694,6 +859,9 @@ impl MetadataImage {
             last_applied_offset: snapshot.last_applied_offset,
             unclean_elections_total: snapshot.unclean_elections_total,
             next_producer_id: snapshot.next_producer_id.max(0),
+            credentials,
+            acls,
+            users_initialized: snapshot.users_initialized,
         };
         image.check_invariants().map_err(|v| InvalidSnapshot(v.0))?;
         Ok(image)

@@ -1,14 +1,16 @@
 //! The syncline controller: the cluster's metadata as a replayable log of records,
 //! and the pure state machine that decides what goes into it.
 //!
-//! - [`MetadataImage`] (`image`): brokers, topics, partitions, controller epoch, as
-//!   replaying the log produces them. [`MetadataImage::apply`] is the only mutation.
+//! - [`MetadataImage`] (`image`): brokers, topics, partitions, controller epoch, user
+//!   credentials and ACLs, as replaying the log produces them. [`MetadataImage::apply`] is the only mutation.
 //! - [`Controller`] (`controller/`): decides. Each operation (registration,
 //!   heartbeat, tick, CreateTopics, AlterPartition) looks at the image and returns a
 //!   [`ControllerResult`]: a response plus the records that make it true, *not yet
 //!   applied*. Liveness (heartbeat times, controlled shutdowns) is run-time state.
 //! - `election`: the one leadership/ISR rule every change follows; `draft`: a change
-//!   set in progress; `placement`: replica assignment for new topics.
+//!   set in progress; `placement`: replica assignment for new topics;
+//!   `scram_bootstrap`: the `scram_bootstrap_file` format ([`parse_scram_bootstrap`],
+//!   [`scram_bootstrap_line`]).
 //! - [`MetadataLog`] (`metadata_log`): the append-only, fsynced file of records; the
 //!   only I/O here. Sockets, the event loop and `LeaderAndIsr` pushes live in the
 //!   broker crate.
@@ -121,6 +123,7 @@ mod metadata_log;
 mod placement;
 mod quorum;
 mod records;
+mod scram_bootstrap;
 
 pub use config::{
     ControllerConfig, InvalidConfig, TopicConfig, COMPRESSION_TYPE, FLUSH_MESSAGES, FLUSH_MS,
@@ -128,8 +131,8 @@ pub use config::{
     RETENTION_MS, SEGMENT_BYTES, SEGMENT_MS, TOPIC_CONFIG_KEYS, UNCLEAN_LEADER_ELECTION_ENABLE,
 };
 pub use controller::{
-    Controller, ControllerResult, MAX_PARTITIONS_PER_REQUEST, MAX_TOPIC_NAME_LEN,
-    PRODUCER_ID_BLOCK_SIZE,
+    credential_of, verifier_of, Controller, ControllerResult, MAX_PARTITIONS_PER_REQUEST,
+    MAX_TOPIC_NAME_LEN, MAX_USER_NAME_LEN, PRODUCER_ID_BLOCK_SIZE,
 };
 pub use image::{
     ApplyError, BrokerRegistration, InvalidSnapshot, InvariantViolation, MetadataImage,
@@ -140,4 +143,7 @@ pub use quorum::{
     heartbeat_request as raft_heartbeat_request, request_sender as raft_request_sender,
     ProposeError, Quorum, QuorumConfig, QuorumError, QuorumStatus, QuorumTransport, VoterStatus,
 };
-pub use records::{changed_brokers, changed_partitions, changed_topic_configs, deleted_topics};
+pub use records::{
+    changed_brokers, changed_partitions, changed_topic_configs, deleted_topics, security_changed,
+};
+pub use scram_bootstrap::{parse_scram_bootstrap, scram_bootstrap_line, ScramBootstrapError};

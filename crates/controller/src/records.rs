@@ -151,3 +151,49 @@ pub(crate) fn remove_topic_record(name: &str, topic_id: i64) -> pb::MetadataReco
         topic_id,
     }))
 }
+
+/// Whether a list of records sets or removes a user credential or an ACL: the
+/// brokers need the whole security image again (`LeaderAndIsr.security`).
+pub fn security_changed(records: &[pb::MetadataRecord]) -> bool {
+    records.iter().any(|r| {
+        matches!(
+            r.record,
+            Some(
+                Record::UserScramCredential(_)
+                    | Record::RemoveUserScramCredential(_)
+                    | Record::Acl(_)
+                    | Record::RemoveAcl(_)
+            )
+        )
+    })
+}
+
+pub(crate) fn user_scram_credential_record(c: &pb::ScramCredential) -> pb::MetadataRecord {
+    record(Record::UserScramCredential(pb::UserScramCredentialRecord {
+        credential: Some(c.clone()),
+    }))
+}
+
+pub(crate) fn remove_user_scram_credential_record(
+    name: &str,
+    mechanism: &str,
+) -> pb::MetadataRecord {
+    record(Record::RemoveUserScramCredential(
+        pb::RemoveUserScramCredentialRecord {
+            name: name.to_owned(),
+            mechanism: mechanism.to_owned(),
+        },
+    ))
+}
+
+pub(crate) fn acl_record(acl: &syncline_auth::acl::AclBinding) -> pb::MetadataRecord {
+    record(Record::Acl(pb::AclRecord {
+        acl: Some(acl.to_pb()),
+    }))
+}
+
+pub(crate) fn remove_acl_record(acl: &syncline_auth::acl::AclBinding) -> pb::MetadataRecord {
+    record(Record::RemoveAcl(pb::RemoveAclRecord {
+        acl: Some(acl.to_pb()),
+    }))
+}

@@ -49,7 +49,7 @@ const LOAD_WINDOW: usize = 5;
 const DELIVERY_TIMEOUT_MS: u64 = 90_000;
 
 async fn ask(addr: &str, body: Body) -> anyhow::Result<Resp> {
-    let conn = Connection::connect(addr, "e2e-checks", POLL_TIMEOUT).await?;
+    let conn = crate::security::connect(addr, "e2e-checks", POLL_TIMEOUT).await?;
     Ok(tokio::time::timeout(POLL_TIMEOUT, conn.send(body)).await??)
 }
 
@@ -615,7 +615,7 @@ async fn watch_broker(
         }
         if conn.as_ref().is_none_or(Connection::is_closed) {
             last.clear();
-            conn = Connection::connect(&addr, "e2e-leader-watch", POLL_TIMEOUT)
+            conn = crate::security::connect(&addr, "e2e-leader-watch", POLL_TIMEOUT)
                 .await
                 .ok();
         }
@@ -686,6 +686,7 @@ async fn settle(
 impl Load {
     pub fn start(cluster: &Cluster, topic: &str, partitions: i32) -> Load {
         let mut config = ProducerConfig::new(&cluster.bootstrap());
+        crate::security::secure_client(&mut config.client);
         config.acks = Acks::All;
         config.linger_ms = 0;
         config.client.client_id = "e2e-load".into();
@@ -943,7 +944,8 @@ async fn read_partition(cluster: &Cluster, topic: &str, partition: i32) -> Vec<(
                 .filter(|l| *l > 0)
                 .ok_or_else(|| anyhow::anyhow!("no leader"))?;
             let conn =
-                Connection::connect(&cluster.node(leader).addr(), "e2e-read", POLL_TIMEOUT).await?;
+                crate::security::connect(&cluster.node(leader).addr(), "e2e-read", POLL_TIMEOUT)
+                    .await?;
             read_all(&conn, topic, partition, 0).await
         };
         match tokio::time::timeout(timeout, attempt).await {

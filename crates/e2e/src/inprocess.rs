@@ -22,6 +22,9 @@ pub struct TestCluster {
     pub addrs: Vec<String>,
     extra: String,
     options: Options,
+    /// Set for a secure cluster ([`crate::security::enabled`]): one SASL_SSL
+    /// listener per broker with mutual TLS, used by brokers and clients alike.
+    pub security: Option<crate::security::Security>,
 }
 
 /// How to build an in-process cluster beyond its TOML.
@@ -46,6 +49,7 @@ fn config_text(
     voters: &[String],
     dir: &std::path::Path,
     extra: &str,
+    security: Option<&crate::security::Security>,
 ) -> String {
     let roles = if id as usize <= voters.len() {
         "broker,controller"
@@ -56,8 +60,15 @@ fn config_text(
         .zip(voters)
         .map(|(id, addr)| format!("{id}@{addr}"))
         .collect();
+    let listeners = match security {
+        None => format!("listeners = \"{addr}\"\n"),
+        Some(s) => format!(
+            "listeners = \"SECURE://{addr}\"\nlistener_security_protocol_map = \"SECURE:SASL_SSL\"\n{}",
+            s.broker_tls()
+        ),
+    };
     format!(
-        "node_id = {id}\nlisteners = \"{addr}\"\nlog_dirs = \"{}\"\nprocess_roles = \"{roles}\"\n\
+        "node_id = {id}\n{listeners}log_dirs = \"{}\"\nprocess_roles = \"{roles}\"\n\
          controller_quorum_voters = \"{}\"\n{extra}\n",
         dir.join(format!("broker-{id}")).display(),
         quorum.join(",")
@@ -75,6 +86,11 @@ impl TestCluster {
     pub async fn start_with(n: usize, extra: &str, options: Options) -> TestCluster {
         init_tracing();
         let dir = tempfile::tempdir().unwrap();
+        let security = crate::security::enabled()
+            .then(|| crate::security::Security::create(&dir.path().join("secure")));
+        if let Some(s) = &security {
+            crate::security::register(s);
+        }
         let mut listeners = Vec::new();
         let mut addrs = Vec::new();
         for i in 0..n {
@@ -92,6 +108,7 @@ impl TestCluster {
             addrs,
             extra: extra.to_string(),
             options,
+            security,
         };
         for (i, l) in listeners.into_iter().enumerate() {
             let h = cluster.start_broker_on((i + 1) as i32, l).await;
@@ -108,6 +125,7 @@ impl TestCluster {
             &self.addrs[..self.options.voters.max(1)],
             self.dir.path(),
             &self.extra,
+            self.security.as_ref(),
         );
         let text = if self.options.racks {
             format!("{text}broker_rack = \"r{id}\"\n")
@@ -215,16 +233,21 @@ impl TestCluster {
     }
 
     pub async fn connect(&self, id: i32) -> Connection {
-        Connection::connect(&self.addrs[id as usize - 1], "test", Duration::from_secs(5))
+        crate::security::connect(&self.addrs[id as usize - 1], "test", Duration::from_secs(5))
             .await
             .unwrap()
     }
 
     async fn wait_unfenced(&self, n: usize) {
-        let conn = self.connect(1).await;
+        let addr = self.addrs[0].clone();
         crate::wait_for("brokers to register", Duration::from_secs(20), || {
-            let conn = conn.clone();
+            let addr = addr.clone();
             async move {
+                let Ok(conn) =
+                    crate::security::connect(&addr, "test", Duration::from_secs(5)).await
+                else {
+                    return false;
+                };
                 match conn
                     .send(Body::DescribeCluster(pb::DescribeClusterRequest {}))
                     .await

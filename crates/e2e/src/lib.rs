@@ -10,6 +10,7 @@ pub mod client;
 pub mod faults;
 pub mod inprocess;
 pub mod kcat;
+pub mod security;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -120,6 +121,8 @@ pub struct Node {
     pub metrics_port: u16,
     /// Its Kafka wire-protocol listener.
     pub kafka_port: u16,
+    /// Its inter-broker listener (`port` unless the cluster is secure).
+    pub internal_port: u16,
     pub config: PathBuf,
     pub log: PathBuf,
     child: Option<Child>,
@@ -176,6 +179,10 @@ pub struct Cluster {
     pub nodes: Vec<Node>,
     /// How many of the brokers (the first ones) are controller voters.
     pub voters: usize,
+    /// Set when the cluster is a secure one ([`security::enabled`]): SASL_SSL
+    /// client and Kafka listeners, an SSL inter-broker listener with mutual
+    /// TLS, ACLs, and the `admin` super user every harness client uses.
+    pub security: Option<security::Security>,
 }
 
 impl Cluster {
@@ -186,17 +193,40 @@ impl Cluster {
         Cluster::start_quorum(n, 1, extra).await
     }
 
-    /// As [`start`](Self::start), with brokers `1..=voters` the controller quorum.
+    /// As [`start`](Self::start), with brokers `1..=voters` the controller
+    /// quorum (a secure cluster with `SYNCLINE_E2E_SECURE=1`).
     pub async fn start_quorum(n: usize, voters: usize, extra: &str) -> Cluster {
+        Cluster::start_with(n, voters, extra, security::enabled()).await
+    }
+
+    /// As [`start_quorum`](Self::start_quorum), a secure cluster whatever the
+    /// environment says.
+    pub async fn start_secure(n: usize, voters: usize, extra: &str) -> Cluster {
+        Cluster::start_with(n, voters, extra, true).await
+    }
+
+    async fn start_with(n: usize, voters: usize, extra: &str, secure: bool) -> Cluster {
         assert!((1..=n).contains(&voters), "1 to {n} voters");
         let dir = tempfile::tempdir().expect("temp dir");
+        let security = secure.then(|| security::Security::create(&dir.path().join("secure")));
         let ports: Vec<(u16, u16, u16)> = (0..n)
             .map(|_| (free_port(), free_port(), free_port()))
             .collect();
-        let quorum: Vec<String> = ports[..voters]
+        // A secure cluster's brokers talk on listeners of their own.
+        let internal: Vec<u16> = ports
+            .iter()
+            .map(|&(port, _, _)| {
+                if security.is_some() {
+                    free_port()
+                } else {
+                    port
+                }
+            })
+            .collect();
+        let quorum: Vec<String> = internal[..voters]
             .iter()
             .enumerate()
-            .map(|(i, (port, _, _))| format!("{}@127.0.0.1:{port}", i + 1))
+            .map(|(i, port)| format!("{}@127.0.0.1:{port}", i + 1))
             .collect();
         let quorum = quorum.join(",");
         let mut nodes = Vec::new();
@@ -208,9 +238,21 @@ impl Cluster {
                 "broker"
             };
             let config = dir.path().join(format!("broker-{id}.toml"));
+            let listeners = match &security {
+                None => format!(
+                    "listeners = \"127.0.0.1:{port}\"\nkafka_listeners = \"127.0.0.1:{kafka_port}\"\n"
+                ),
+                Some(s) => format!(
+                    "listeners = \"CLIENT://127.0.0.1:{port},INTERNAL://127.0.0.1:{}\"\n\
+                     inter_broker_listener_name = \"INTERNAL\"\n\
+                     kafka_listeners = \"KAFKA://127.0.0.1:{kafka_port}\"\n\
+                     listener_security_protocol_map = \"CLIENT:SASL_SSL,INTERNAL:SSL,KAFKA:SASL_SSL\"\n{}",
+                    internal[i],
+                    s.broker_tls()
+                ),
+            };
             let text = format!(
-                "node_id = {id}\nlisteners = \"127.0.0.1:{port}\"\n\
-                 kafka_listeners = \"127.0.0.1:{kafka_port}\"\nlog_dirs = \"{}\"\n\
+                "node_id = {id}\n{listeners}log_dirs = \"{}\"\n\
                  process_roles = \"{roles}\"\ncontroller_quorum_voters = \"{quorum}\"\n\
                  metrics_listen = \"127.0.0.1:{metrics_port}\"\n{extra}\n",
                 dir.path().join(format!("data-{id}")).display()
@@ -221,13 +263,22 @@ impl Cluster {
                 port,
                 metrics_port,
                 kafka_port,
+                internal_port: internal[i],
                 log: dir.path().join(format!("broker-{id}.log")),
                 config,
                 child: None,
                 paused: false,
             });
         }
-        let mut cluster = Cluster { dir, nodes, voters };
+        if let Some(s) = &security {
+            security::register(s);
+        }
+        let mut cluster = Cluster {
+            dir,
+            nodes,
+            voters,
+            security,
+        };
         for id in 1..=n as i32 {
             cluster.spawn(id);
         }
@@ -385,7 +436,12 @@ impl Cluster {
 
     /// Connects to broker `id`.
     pub async fn connect(&self, id: i32) -> anyhow::Result<Connection> {
-        Ok(Connection::connect(&self.node(id).addr(), "e2e", Duration::from_secs(5)).await?)
+        security::connect(&self.node(id).addr(), "e2e", Duration::from_secs(5)).await
+    }
+
+    /// Broker `id`'s inter-broker listener.
+    pub fn internal_addr(&self, id: i32) -> String {
+        format!("127.0.0.1:{}", self.node(id).internal_port)
     }
 
     /// Sends a request to broker `id`, with a timeout.
@@ -498,12 +554,12 @@ impl Cluster {
 
     /// Runs the CLI against this cluster with `stdin` fed in.
     pub fn cli(&self, args: &[&str], stdin: Option<&[u8]>) -> Output {
-        cli_with(&self.bootstrap(), args, stdin)
+        self.cli_secure(&self.bootstrap(), args, stdin)
     }
 
     /// Runs the CLI with broker `id` alone as its bootstrap server.
     pub fn cli_via(&self, id: i32, args: &[&str], stdin: Option<&[u8]>) -> Output {
-        cli_with(&self.node(id).addr(), args, stdin)
+        self.cli_secure(&self.node(id).addr(), args, stdin)
     }
 
     /// Broker `id`'s data directory.
@@ -596,6 +652,21 @@ pub fn parse_metrics(text: &str) -> anyhow::Result<Vec<(String, f64)>> {
             Some((name, v))
         })
         .collect())
+}
+
+impl Cluster {
+    /// The CLI against `bootstrap`, as the admin on a secure cluster.
+    fn cli_secure(&self, bootstrap: &str, args: &[&str], stdin: Option<&[u8]>) -> Output {
+        match &self.security {
+            Some(s) => {
+                let file = s.client_properties().display().to_string();
+                let mut all = vec!["--command-config", file.as_str()];
+                all.extend_from_slice(args);
+                cli_with(bootstrap, &all, stdin)
+            }
+            None => cli_with(bootstrap, args, stdin),
+        }
+    }
 }
 
 /// Runs the CLI with an explicit bootstrap list.

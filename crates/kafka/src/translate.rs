@@ -138,7 +138,61 @@ pub fn route(d: Decoded) -> Route {
         KafkaRequest::OffsetFetch(r) => groups::offset_fetch(r, version, cid),
         KafkaRequest::ListGroups(r) => groups::list_groups(r, version, cid),
         KafkaRequest::DescribeGroups(r) => groups::describe_groups(r, version, cid),
+        KafkaRequest::SaslHandshake(r) => sasl_handshake(r, version, cid),
+        KafkaRequest::SaslAuthenticate(r) => sasl_authenticate(r, version, cid),
     }
+}
+
+/// SaslHandshake as syncline's: the connection runs the exchange itself
+/// (before any other request, on a SASL listener).
+fn sasl_handshake(
+    r: kafka_protocol::messages::SaslHandshakeRequest,
+    version: i16,
+    cid: i32,
+) -> Route {
+    let body = pb::request::Body::SaslHandshake(pb::SaslHandshakeRequest {
+        mechanism: r.mechanism.to_string(),
+    });
+    let reply: Reply = Box::new(move |resp| {
+        let mut out = kafka_protocol::messages::SaslHandshakeResponse::default();
+        match resp {
+            Resp::SaslHandshake(h) => {
+                out.error_code = h.error_code as i16;
+                out.mechanisms = h.mechanisms.iter().map(|m| text(m)).collect();
+            }
+            other => out.error_code = whole_request_error(&other).map_or(-1, |(c, _)| c),
+        }
+        encode(ApiKey::SaslHandshake, version, cid, &out)
+    });
+    Route::Broker { body, reply }
+}
+
+/// SaslAuthenticate as syncline's (see [`sasl_handshake`]).
+fn sasl_authenticate(
+    r: kafka_protocol::messages::SaslAuthenticateRequest,
+    version: i16,
+    cid: i32,
+) -> Route {
+    let body = pb::request::Body::SaslAuthenticate(pb::SaslAuthenticateRequest {
+        auth_bytes: r.auth_bytes,
+    });
+    let reply: Reply = Box::new(move |resp| {
+        let mut out = kafka_protocol::messages::SaslAuthenticateResponse::default();
+        match resp {
+            Resp::SaslAuthenticate(a) => {
+                out.error_code = a.error_code as i16;
+                out.error_message = (!a.error_message.is_empty()).then(|| text(&a.error_message));
+                out.auth_bytes = a.auth_bytes;
+            }
+            other => {
+                let (code, message) = whole_request_error(&other).unwrap_or((-1, String::new()));
+                out.error_code = code;
+                out.error_message = Some(text(&message));
+            }
+        }
+        encode(ApiKey::SaslAuthenticate, version, cid, &out)
+    });
+    Route::Broker { body, reply }
 }
 
 fn metadata(r: MetadataRequest, version: i16, cid: i32) -> Route {

@@ -23,9 +23,11 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::SaslState;
 use crate::broker::Broker;
-use crate::net::BoxStream;
-use crate::server::{next_frame, ConnectionState, KafkaReply, RequestLimits, Responder};
+use crate::server::{
+    next_frame, Accepted, ConnectionState, KafkaReply, RequestLimits, Responder, USERS_WAIT,
+};
 use syncline_kafka::codec;
 use syncline_kafka::translate::{self, Route};
 
@@ -43,12 +45,17 @@ fn answer_now(tx: &mpsc::UnboundedSender<Slot>, answer: Bytes) -> bool {
 
 /// Serves one connection of a Kafka listener.
 pub(crate) async fn connection(
-    stream: BoxStream,
-    peer: String,
-    listener: Arc<str>,
+    accepted: Accepted,
     broker: Arc<Broker>,
     shutdown: CancellationToken,
 ) {
+    let Accepted {
+        stream,
+        peer,
+        listener,
+        protocol,
+        certificate,
+    } = accepted;
     let config = broker.config();
     let (read_half, write_half) = tokio::io::split(stream);
     let (tx, mut rx) = mpsc::unbounded_channel::<Slot>();
@@ -72,11 +79,13 @@ pub(crate) async fn connection(
             drop(reserved);
         }
     });
-    let conn = ConnectionState::kafka(listener, &peer);
+    let close = shutdown.child_token();
+    let conn = ConnectionState::kafka(listener, &peer, protocol, certificate, close.clone());
     let limits = RequestLimits::new(config);
+    let mut sasl = SaslState::default();
     let mut frames = FramedRead::new(read_half, frame::codec(config.socket_request_max_bytes));
     loop {
-        let Some(bytes) = next_frame(&mut frames, &shutdown, &peer).await else {
+        let Some(bytes) = next_frame(&mut frames, &close, &peer).await else {
             break;
         };
         let frame_len = bytes.len();
@@ -109,6 +118,31 @@ pub(crate) async fn connection(
             }
             Route::Broker { body, reply } => (body, reply),
         };
+        if let body @ (pb::request::Body::SaslHandshake(_)
+        | pb::request::Body::SaslAuthenticate(_)) = body
+        {
+            // Inline, as on syncline's listeners.
+            if sasl.needs_users(&body) && !broker.metadata().wait_security_known(USERS_WAIT).await {
+                tracing::warn!(%peer, "no users announced yet: is the controller quorum reachable?");
+            }
+            let step = sasl.step(&conn.sasl_context(&broker), body, &peer);
+            if step.close {
+                broker.metrics().authentication_failures.inc();
+            }
+            if let Some(principal) = step.authenticated {
+                conn.authenticated(&broker, principal);
+            }
+            if !answer_now(&tx, reply(step.response)) || step.close {
+                break;
+            }
+            continue;
+        }
+        if !conn.admits_unauthenticated(Some(&body)) {
+            // Kafka's brokers close such a connection without an answer.
+            broker.metrics().authentication_failures.inc();
+            tracing::debug!(%peer, "closing an unauthenticated Kafka connection on a SASL listener");
+            break;
+        }
         let Some((permit, reserved)) = limits.admit(config, Some(&body), &shutdown).await else {
             break;
         };

@@ -137,7 +137,10 @@ fn producer_config(
     props: &[(String, String)],
     ctx: Ctx<'_>,
 ) -> Result<ProducerConfig> {
-    let mut config = ProducerConfig::new(bootstrap);
+    let mut config = ProducerConfig {
+        client: crate::security::client_config(bootstrap),
+        ..Default::default()
+    };
     for (k, v) in props {
         config.set(k, v).map_err(|e| anyhow!(explain(&e, ctx)))?;
     }
@@ -151,7 +154,10 @@ fn consumer_config(
     props: &[(String, String)],
     ctx: Ctx<'_>,
 ) -> Result<ConsumerConfig> {
-    let mut config = ConsumerConfig::new(bootstrap);
+    let mut config = ConsumerConfig {
+        client: crate::security::client_config(bootstrap),
+        ..Default::default()
+    };
     for (k, v) in props {
         config.set(k, v).map_err(|e| anyhow!(explain(&e, ctx)))?;
     }

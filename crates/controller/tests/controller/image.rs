@@ -431,3 +431,162 @@ fn from_snapshot_refuses_what_no_log_produces() {
         );
     }
 }
+
+fn scram(name: &str) -> pb::ScramCredential {
+    pb::ScramCredential {
+        name: name.into(),
+        mechanism: "SCRAM-SHA-256".into(),
+        salt: vec![1; 8].into(),
+        iterations: 4096,
+        stored_key: vec![2; 32].into(),
+        server_key: vec![3; 32].into(),
+    }
+}
+
+fn topic_acl(principal: &str) -> pb::AclBinding {
+    pb::AclBinding {
+        resource_type: 2,
+        resource_name: "t".into(),
+        pattern_type: 3,
+        principal: principal.into(),
+        host: "*".into(),
+        operation: 3,
+        permission_type: 3,
+    }
+}
+
+/// `base()` with user alice and an ACL for her (offsets 10 and 11).
+fn with_security() -> MetadataImage {
+    let mut image = base();
+    image
+        .apply(
+            10,
+            &rec(Record::UserScramCredential(pb::UserScramCredentialRecord {
+                credential: Some(scram("alice")),
+            })),
+        )
+        .unwrap();
+    image
+        .apply(
+            11,
+            &rec(Record::Acl(pb::AclRecord {
+                acl: Some(topic_acl("User:alice")),
+            })),
+        )
+        .unwrap();
+    image
+}
+
+#[test]
+fn apply_refuses_user_and_acl_records_that_no_decision_produces() {
+    let bad_mechanism = pb::ScramCredential {
+        mechanism: "MD5".into(),
+        ..scram("bob")
+    };
+    let cases: Vec<(&str, Record, &str)> = vec![
+        (
+            "no credential",
+            Record::UserScramCredential(pb::UserScramCredentialRecord { credential: None }),
+            "without a credential",
+        ),
+        (
+            "a broker's name",
+            Record::UserScramCredential(pb::UserScramCredentialRecord {
+                credential: Some(scram("broker-2")),
+            }),
+            "reserved for broker 2",
+        ),
+        (
+            "unknown mechanism",
+            Record::UserScramCredential(pb::UserScramCredentialRecord {
+                credential: Some(bad_mechanism),
+            }),
+            "unknown SCRAM mechanism",
+        ),
+        (
+            "missing credential removed",
+            Record::RemoveUserScramCredential(pb::RemoveUserScramCredentialRecord {
+                name: "alice".into(),
+                mechanism: "SCRAM-SHA-512".into(),
+            }),
+            "no SCRAM-SHA-512 credential",
+        ),
+        (
+            "ACL twice",
+            Record::Acl(pb::AclRecord {
+                acl: Some(topic_acl("User:alice")),
+            }),
+            "exists already",
+        ),
+        (
+            "invalid ACL",
+            Record::Acl(pb::AclRecord {
+                acl: Some(topic_acl("alice")),
+            }),
+            "invalid ACL",
+        ),
+        (
+            "no ACL",
+            Record::RemoveAcl(pb::RemoveAclRecord { acl: None }),
+            "without an ACL",
+        ),
+        (
+            "missing ACL removed",
+            Record::RemoveAcl(pb::RemoveAclRecord {
+                acl: Some(topic_acl("User:bob")),
+            }),
+            "no such ACL",
+        ),
+    ];
+    let image = with_security();
+    for (what, record, words) in cases {
+        let mut candidate = image.clone();
+        match candidate.apply(12, &rec(record)) {
+            Err(ApplyError::InvalidSecurityRecord(why)) => {
+                assert!(why.contains(words), "{what}: {why}")
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+        assert_eq!(candidate, image, "{what}: a refused record changes nothing");
+    }
+}
+
+#[test]
+fn from_snapshot_refuses_damaged_users_and_acls() {
+    type Damage = fn(&mut pb::MetadataSnapshot);
+    let cases: [(&str, Damage); 6] = [
+        ("invalid credential", |s| {
+            s.security.as_mut().unwrap().credentials[0].iterations = 1
+        }),
+        ("a broker's credential", |s| {
+            s.security.as_mut().unwrap().credentials[0].name = "broker-1".into()
+        }),
+        ("credential twice", |s| {
+            let sec = s.security.as_mut().unwrap();
+            sec.credentials.push(sec.credentials[0].clone());
+        }),
+        ("invalid ACL", |s| {
+            s.security.as_mut().unwrap().acls[0].host = "a host".into()
+        }),
+        ("ACL twice", |s| {
+            let sec = s.security.as_mut().unwrap();
+            sec.acls.push(sec.acls[0].clone());
+        }),
+        ("credentials but users not initialized", |s| {
+            s.users_initialized = false
+        }),
+    ];
+    let snapshot = with_security().to_snapshot();
+    assert_eq!(
+        MetadataImage::from_snapshot(&snapshot).unwrap(),
+        with_security()
+    );
+    for (what, damage) in cases {
+        let mut s = snapshot.clone();
+        damage(&mut s);
+        assert!(
+            MetadataImage::from_snapshot(&s).is_err(),
+            "{what}: accepted"
+        );
+    }
+}

@@ -12,4 +12,5 @@ mod metadata_log;
 mod producer_ids;
 mod reassign;
 mod replay;
+mod security;
 mod support;
