@@ -38,10 +38,15 @@ cargo build --workspace --bins
 if cargo nextest --version >/dev/null 2>&1; then
     echo "==> unit, property, integration and end-to-end tests (cargo nextest)"
     cargo nextest run --workspace --profile ci "$@"
+    echo "==> the replication, failover and chaos tests again, on secure clusters"
+    SYNCLINE_E2E_SECURE=1 cargo nextest run -p syncline-e2e --profile ci \
+        --test replication --test failures --test chaos "$@"
     echo "==> doc tests"
     cargo test --workspace --doc --quiet
 else
     echo "==> cargo-nextest not found: using cargo test (end-to-end tests one at a time)"
     cargo test --workspace --exclude syncline-e2e "$@"
     cargo test -p syncline-e2e "$@" -- --test-threads=1
+    SYNCLINE_E2E_SECURE=1 cargo test -p syncline-e2e --test replication --test failures \
+        --test chaos "$@" -- --test-threads=1
 fi
