@@ -151,6 +151,27 @@ impl Verifier {
         }
     }
 
+    /// From a salted password (`Hi(password, salt, iterations)`, as Kafka's
+    /// AlterUserScramCredentials carries it) rather than the password itself.
+    /// The salted password is not checked: one whose length is not the hash's
+    /// output is no salted password of `mechanism`, which callers see as
+    /// `stored_key.len() != salted_password.len()`.
+    pub fn from_salted_password(
+        mechanism: Mechanism,
+        salted_password: &[u8],
+        salt: &[u8],
+        iterations: u32,
+    ) -> Verifier {
+        let keys = Keys::from_salted_password(mechanism, salted_password);
+        Verifier {
+            mechanism,
+            salt: salt.to_vec(),
+            iterations,
+            stored_key: keys.stored_key,
+            server_key: keys.server_key,
+        }
+    }
+
     /// With a fresh random 32-byte salt and [`Verifier::DEFAULT_ITERATIONS`].
     pub fn generate(mechanism: Mechanism, password: &str) -> Verifier {
         let salt: [u8; 32] = rand::random();
@@ -1701,6 +1722,23 @@ mod tests {
         assert!(verifier.matches("pencil"));
         assert_eq!(verifier, rfc_verifier(Mechanism::ScramSha256));
         assert_ne!(verifier, rfc_verifier(Mechanism::ScramSha512));
+    }
+
+    #[test]
+    fn a_verifier_from_the_salted_password_is_the_one_from_the_password() {
+        let salt = BASE64.decode(RFC_SALT).unwrap();
+        for mechanism in Mechanism::ALL {
+            let salted = mechanism.salted_password("pencil", &salt, 4096);
+            assert_eq!(salted.len(), mechanism.output_len());
+            let verifier = Verifier::from_salted_password(mechanism, &salted, &salt, 4096);
+            assert_eq!(verifier, rfc_verifier(mechanism), "{mechanism}");
+            assert!(verifier.matches("pencil"));
+            assert_eq!(verifier.stored_key.len(), salted.len());
+            // Not a salted password of this mechanism: told apart by length.
+            let short = Verifier::from_salted_password(mechanism, &salted[..16], &salt, 4096);
+            assert_ne!(short.stored_key.len(), 16);
+            assert!(!short.matches("pencil"));
+        }
     }
 
     #[test]

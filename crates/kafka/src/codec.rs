@@ -4,11 +4,13 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreateTopicsRequest, DeleteTopicsRequest,
-    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, FetchRequest,
-    FindCoordinatorRequest, HeartbeatRequest, InitProducerIdRequest, JoinGroupRequest,
-    LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
-    OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader, ResponseHeader,
+    AlterUserScramCredentialsRequest, ApiKey, ApiVersionsRequest, ApiVersionsResponse,
+    CreateAclsRequest, CreateTopicsRequest, DeleteAclsRequest, DeleteTopicsRequest,
+    DescribeAclsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest,
+    DescribeUserScramCredentialsRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
+    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
+    ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest,
+    OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader, ResponseHeader,
     SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
@@ -49,6 +51,13 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     // connection closes): every current client picks v1.
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
+    // Users and ACLs. The ACL APIs' version 0 (no pattern type) is gone from
+    // Kafka 4 and from kafka-protocol; every client that speaks them speaks 1.
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 /// The versions of Produce this listener decodes (see [`SUPPORTED`]).
@@ -79,6 +88,11 @@ pub enum KafkaRequest {
     DescribeGroups(DescribeGroupsRequest),
     SaslHandshake(SaslHandshakeRequest),
     SaslAuthenticate(SaslAuthenticateRequest),
+    DescribeAcls(DescribeAclsRequest),
+    CreateAcls(CreateAclsRequest),
+    DeleteAcls(DeleteAclsRequest),
+    DescribeUserScramCredentials(DescribeUserScramCredentialsRequest),
+    AlterUserScramCredentials(AlterUserScramCredentialsRequest),
 }
 
 /// A request frame, decoded.
@@ -204,6 +218,21 @@ pub fn decode(frame: Bytes) -> Result<Decoded, Refused> {
         ),
         ApiKey::SaslAuthenticate => KafkaRequest::SaslAuthenticate(
             SaslAuthenticateRequest::decode(&mut buf, version).map_err(bad)?,
+        ),
+        ApiKey::DescribeAcls => {
+            KafkaRequest::DescribeAcls(DescribeAclsRequest::decode(&mut buf, version).map_err(bad)?)
+        }
+        ApiKey::CreateAcls => {
+            KafkaRequest::CreateAcls(CreateAclsRequest::decode(&mut buf, version).map_err(bad)?)
+        }
+        ApiKey::DeleteAcls => {
+            KafkaRequest::DeleteAcls(DeleteAclsRequest::decode(&mut buf, version).map_err(bad)?)
+        }
+        ApiKey::DescribeUserScramCredentials => KafkaRequest::DescribeUserScramCredentials(
+            DescribeUserScramCredentialsRequest::decode(&mut buf, version).map_err(bad)?,
+        ),
+        ApiKey::AlterUserScramCredentials => KafkaRequest::AlterUserScramCredentials(
+            AlterUserScramCredentialsRequest::decode(&mut buf, version).map_err(bad)?,
         ),
         other => return Err(Refused::Close(format!("{other:?} is not served"))),
     };

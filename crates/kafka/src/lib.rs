@@ -12,6 +12,7 @@
 mod admin;
 pub mod codec;
 mod groups;
+mod security;
 pub mod translate;
 
 use bytes::Bytes;

@@ -34,7 +34,7 @@ use syncline_proto::pb;
 use syncline_proto::pb::response::Body as Resp;
 
 use super::codec::{api_versions, encode_response, Decoded, KafkaRequest};
-use super::{admin, groups};
+use super::{admin, groups, security};
 
 /// Turns the syncline response into the Kafka response frame.
 pub type Reply = Box<dyn FnOnce(Resp) -> Bytes + Send>;
@@ -140,6 +140,15 @@ pub fn route(d: Decoded) -> Route {
         KafkaRequest::DescribeGroups(r) => groups::describe_groups(r, version, cid),
         KafkaRequest::SaslHandshake(r) => sasl_handshake(r, version, cid),
         KafkaRequest::SaslAuthenticate(r) => sasl_authenticate(r, version, cid),
+        KafkaRequest::DescribeAcls(r) => security::describe_acls(r, version, cid),
+        KafkaRequest::CreateAcls(r) => security::create_acls(r, version, cid),
+        KafkaRequest::DeleteAcls(r) => security::delete_acls(r, version, cid),
+        KafkaRequest::DescribeUserScramCredentials(r) => {
+            security::describe_user_scram_credentials(r, version, cid)
+        }
+        KafkaRequest::AlterUserScramCredentials(r) => {
+            security::alter_user_scram_credentials(r, version, cid)
+        }
     }
 }
 
