@@ -541,6 +541,11 @@ pub(crate) async fn next_frame<R: tokio::io::AsyncRead + Unpin>(
     };
     match next? {
         Ok(b) => Some(b.freeze()),
+        // A TLS client that hung up without close_notify (most do): a close.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            tracing::debug!(%peer, error = %e, "connection closed");
+            None
+        }
         Err(e) => {
             tracing::warn!(%peer, error = %e, "closing connection: bad frame");
             None

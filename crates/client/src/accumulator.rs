@@ -743,6 +743,17 @@ impl Accumulator {
         expired
     }
 
+    /// Removes every queued batch (the producer cannot send any: it may not
+    /// get an id); they stay incomplete until [`Accumulator::expired_done`].
+    pub(crate) fn take_queued(&mut self) -> Vec<ProducerBatch> {
+        let mut taken = Vec::new();
+        for queue in self.queues.values_mut() {
+            taken.extend(queue.drain(..));
+        }
+        self.queues.clear();
+        taken
+    }
+
     /// The earliest delivery deadline of a queued batch.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         let timeout = self.config.delivery_timeout;

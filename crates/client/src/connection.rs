@@ -167,7 +167,8 @@ impl Connection {
                         *reader_shared.tls_failure.lock() =
                             syncline_tls::TlsError::from_client_io(&e);
                         reader_shared.peer_closed.store(true, Ordering::Release);
-                        tracing::warn!(peer = %reader_peer, error = %e, "closing connection");
+                        // The caller gets the reason as its error.
+                        tracing::debug!(peer = %reader_peer, error = %e, "closing connection");
                         break;
                     }
                     None => {
@@ -179,7 +180,8 @@ impl Connection {
                     Ok(r) => r,
                     Err(e) => {
                         reader_shared.peer_closed.store(true, Ordering::Release);
-                        tracing::warn!(peer = %reader_peer, error = %e, "closing connection");
+                        // The caller gets the reason as its error.
+                        tracing::debug!(peer = %reader_peer, error = %e, "closing connection");
                         break;
                     }
                 };

@@ -234,6 +234,29 @@ impl Sender {
                 self.shared.state.lock().accumulator.set_producer(id, epoch);
                 self.init_retry_at = None;
             }
+            // Not authorized (Kafka's rule: Write on some topic, or
+            // IdempotentWrite on the cluster): no retry makes it so, so what
+            // waits fails now, as Kafka's producer does; a later send asks again.
+            Err(ClientError::Protocol { code, message })
+                if matches!(
+                    code,
+                    ErrorCode::ClusterAuthorizationFailed | ErrorCode::TopicAuthorizationFailed
+                ) =>
+            {
+                tracing::debug!(%code, %message, "InitProducerId refused");
+                let error = ProduceError::Broker { code, message };
+                let mut state = self.shared.state.lock();
+                let mut refused = state.accumulator.take_queued();
+                for batch in &mut refused {
+                    batch.fail(&error);
+                    state.accumulator.producer_failed(batch);
+                    state.accumulator.expired_done(batch);
+                }
+                drop(state);
+                self.shared.completed.notify_waiters();
+                self.init_retry_at =
+                    Some(now + Duration::from_millis(self.config.client.retry_backoff_ms));
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "InitProducerId failed; retrying");
                 self.init_retry_at =

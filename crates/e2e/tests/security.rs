@@ -126,6 +126,101 @@ async fn a_secure_cluster_authenticates_authorizes_and_refuses_with_reasons() {
     );
     assert!(wrong.contains("password"), "wrong password: {wrong}");
 
+    // bob: a user without any ACL. Each client is told why at once, not after
+    // its timeouts.
+    ok(
+        "user create bob",
+        cluster.cli(
+            &[
+                "user",
+                "create",
+                "bob",
+                "--mechanism",
+                "SCRAM-SHA-512",
+                "--password-stdin",
+            ],
+            Some(b"bob-secret\n"),
+        ),
+    );
+    let bob = security.user_settings("bob", "bob-secret", false);
+    let refused = |settings: &[(String, String)], what: &str, args: &[&str], code: &str| {
+        let out = cli_as(&cluster, settings, args, Some(b"b1\n"));
+        assert!(!out.status.success(), "bob, {what}: {}", text(&out));
+        assert!(text(&out).contains(code), "bob, {what}: {}", text(&out));
+    };
+    let started = std::time::Instant::now();
+    let taf = "TOPIC_AUTHORIZATION_FAILED";
+    refused(
+        &bob,
+        "a producer",
+        &["produce", TOPIC, "--acks", "all"],
+        taf,
+    );
+    refused(
+        &bob,
+        "a consumer",
+        &["consume", TOPIC, "--from-beginning", "--timeout-ms", "5000"],
+        taf,
+    );
+    refused(&bob, "topic describe", &["topic", "describe", TOPIC], taf);
+    refused(
+        &bob,
+        "acl list",
+        &["acl", "list"],
+        "CLUSTER_AUTHORIZATION_FAILED",
+    );
+    // With Read on orders (so Describe) but Write nowhere: his idempotent
+    // producer may not get an id, a plain one may not write.
+    ok(
+        "acl add bob",
+        cluster.cli(
+            &[
+                "acl",
+                "add",
+                "--allow-principal",
+                "User:bob",
+                "--operation",
+                "Read",
+                "--topic",
+                TOPIC,
+            ],
+            None,
+        ),
+    );
+    wait_for(
+        "bob's Read ACL on every broker",
+        Duration::from_secs(20),
+        || {
+            let out = cli_as(&cluster, &bob, &["topic", "describe", TOPIC], None);
+            async move { out.status.success() }
+        },
+    )
+    .await;
+    refused(
+        &bob,
+        "an idempotent producer",
+        &["produce", TOPIC, "--acks", "all"],
+        "CLUSTER_AUTHORIZATION_FAILED",
+    );
+    refused(
+        &bob,
+        "a plain producer",
+        &[
+            "produce",
+            TOPIC,
+            "--acks",
+            "all",
+            "--enable-idempotence",
+            "false",
+        ],
+        taf,
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "bob's refusals took {:?}",
+        started.elapsed()
+    );
+
     // alice: a user with Write on a topic of her own only (so that her
     // idempotent producer gets an id), not on orders.
     let password = cluster.dir.path().join("alice.password");
