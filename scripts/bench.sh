@@ -20,6 +20,9 @@
 #   (j) (b) with enable.idempotence=false (what idempotence costs);
 #   (k) (b) through the brokers' Kafka listeners, with librdkafka as the
 #       producer (confluent-kafka, scripts/bench/kafka_producer.py);
+#   (l) (b) over TLS: through a second, SASL_SSL client listener of each
+#       broker (TLS with a local CA, SCRAM-SHA-512 login; replication between
+#       the brokers stays on the plaintext listener), with (l)/(b);
 # then the floor again (how far the machine drifted during the run), and each
 # broker's peak RSS (VmHWM in /proc). Every figure is given with its
 # ratio to the floor. Everything started here is stopped on every exit path.
@@ -123,16 +126,32 @@ trap 'exit 130' INT TERM
 
 echo "==> starting three brokers in $work"
 # Per broker: its own listener, metrics, and a Kafka wire-protocol listener (k).
-mapfile -t ports < <(free_ports 9)
-[ "${#ports[@]}" -eq 9 ] || die "no 9 free ports found on 127.0.0.1"
+# (l): a second client listener, SASL_SSL, per broker.
+mapfile -t ports < <(free_ports 12)
+[ "${#ports[@]}" -eq 12 ] || die "no 12 free ports found on 127.0.0.1"
 bootstrap="127.0.0.1:${ports[0]},127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}"
 kafka_bootstrap="127.0.0.1:${ports[6]},127.0.0.1:${ports[7]},127.0.0.1:${ports[8]}"
+tls_bootstrap="127.0.0.1:${ports[9]},127.0.0.1:${ports[10]},127.0.0.1:${ports[11]}"
+# (l)'s TLS files: a CA, each broker's certificate, the user admin (no ACLs here).
+SYNCLINE="$bin/syncline"
+require_security_cli
+ensure_ca "$work/tls"
+ensure_password "$work/admin.password"
+ensure_scram_bootstrap "$work/bootstrap-users" "$SECURE_ADMIN" "$work/admin.password"
+write_client_properties "$work/client.properties" "$SECURE_ADMIN" "$work/admin.password" "$work/tls/ca.pem"
 # As the shipped config/: every broker is also a controller voter.
 voters="1@127.0.0.1:${ports[0]},2@127.0.0.1:${ports[1]},3@127.0.0.1:${ports[2]}"
 for id in 1 2 3; do
+    ensure_cert "$work/tls" "broker-$id" "$work/tls" localhost 127.0.0.1
     cat > "$work/broker-$id.toml" <<EOF
 node_id = $id
-listeners = "127.0.0.1:${ports[$((id - 1))]}"
+# The brokers replicate over PLAINTEXT (the first listener); TLS is (l)'s.
+listeners = "PLAINTEXT://127.0.0.1:${ports[$((id - 1))]},TLS://127.0.0.1:${ports[$((id + 8))]}"
+listener_security_protocol_map = "PLAINTEXT:PLAINTEXT,TLS:SASL_SSL"
+ssl_certificate_location = "$work/tls/broker-$id.pem"
+ssl_key_location = "$work/tls/broker-$id.key"
+ssl_ca_location = "$work/tls/ca.pem"
+scram_bootstrap_file = "$work/bootstrap-users"
 log_dirs = "$work/data-$id"
 process_roles = "broker,controller"
 controller_quorum_voters = "$voters"
@@ -146,8 +165,11 @@ done
 syncline() {
     "$bin/syncline" --bootstrap-server "$bootstrap" "$@"
 }
+# The same through the SASL_SSL listeners (l).
+syncline_tls() {
+    "$bin/syncline" --bootstrap-server "$tls_bootstrap" --command-config "$work/client.properties" "$@"
+}
 
-SYNCLINE="$bin/syncline"
 # False, with the broker's log, if one has exited during start-up.
 brokers_alive() {
     local i
@@ -202,11 +224,12 @@ measure_floor() { # output file
 }
 measure_floor "$work/floor.txt"
 
+perf_client=syncline # the client perf_produce runs: syncline, or syncline_tls for (l)
 perf_produce() { # label topic acks records throughput [extra KEY=VALUE]
     local label="$1" topic="$2" acks="$3" n="$4" rate="$5" extra="${6:-}"
     settle
     # shellcheck disable=SC2086 # producer_props is a list of KEY=VALUE words
-    syncline perf produce --topic "$topic" --num-records "$n" --record-size "$record_size" \
+    "$perf_client" perf produce --topic "$topic" --num-records "$n" --record-size "$record_size" \
         --throughput "$rate" --producer-props acks="$acks" $producer_props $extra \
         --json-report "$work/$label.json" | sed 's/^/    /'
 }
@@ -219,9 +242,14 @@ create_topic bench-rf3-lz4 3 "$partitions"
 create_topic bench-rf3-zstd 3 "$partitions"
 create_topic bench-rf3-plain 3 "$partitions"
 create_topic bench-rf3-kafka 3 "$partitions"
+create_topic bench-rf3-tls 3 "$partitions"
 
 echo "==> (b) RF 3, acks=all, $records x $record_size B"
 perf_produce b-rf3-acks-all bench-rf3 all "$records" -1
+echo "==> (l) RF 3, acks=all, $records x $record_size B, over TLS (the SASL_SSL listeners)"
+perf_client=syncline_tls
+perf_produce l-tls bench-rf3-tls all "$records" -1
+perf_client=syncline
 echo "==> (c) RF 3, acks=1"
 perf_produce c-rf3-acks-1 bench-rf3-acks1 1 "$records" -1
 echo "==> (d) RF 1, acks=all"
@@ -299,6 +327,7 @@ b, c, d = load("b-rf3-acks-all"), load("c-rf3-acks-1"), load("d-rf1")
 e, f, g = load("e-consume"), load("f-latency"), load("g-e2e")
 h, i, j = load("h-lz4"), load("i-zstd"), load("j-plain")
 k = load("k-librdkafka")
+l = load("l-tls")
 rss = [int(open(os.path.join(work, f"rss-{i}.kib")).read().strip() or 0) / 1024 for i in (1, 2, 3)]
 
 MB = 1e6  # the floor tool's unit: 10^6 bytes
@@ -312,6 +341,8 @@ def tp(label, r, target=None):
 rows.append(("(a) floor, RF 3 raw TCP + files", f"{floor:.1f} MB/s", "1.00", "", None))
 j_mbs = j["bytes_per_sec"] / MB
 b_mbs = tp("(b) RF 3 acks=all, 1 KiB", b, ("≥ 0.5 × floor (stretch 0.7)", lambda m: m >= 0.5 * floor))
+l_mbs = l["bytes_per_sec"] / MB
+tp("(l) RF 3 acks=all, 1 KiB, TLS (SASL_SSL listener)", l, (f"(l)/(b) = {l_mbs / b_mbs:.2f}", lambda m: None))
 k_mbs = k["bytes_per_sec"] / MB
 tp("(k) RF 3 acks=all, 1 KiB, librdkafka via the Kafka listener", k, (f"(k)/(b) = {k_mbs / b_mbs:.2f}", lambda m: None))
 tp("(c) RF 3 acks=1", c)
@@ -359,9 +390,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
-labels = ["floor\n(raw RF 3)", "RF 3\nacks=all", "librdkafka\nRF 3 acks=all", "RF 3\nacks=1", "RF 1", "consumer"]
-values = [floor, b_mbs, k_mbs, c["bytes_per_sec"] / MB, d["bytes_per_sec"] / MB, e_mbs]
-colors = ["#999999", "#1f77b4", "#ff7f0e", "#4a9ad4", "#8cbfe6", "#2ca02c"]
+labels = ["floor\n(raw RF 3)", "RF 3\nacks=all", "RF 3 acks=all\nTLS", "librdkafka\nRF 3 acks=all", "RF 3\nacks=1", "RF 1", "consumer"]
+values = [floor, b_mbs, l_mbs, k_mbs, c["bytes_per_sec"] / MB, d["bytes_per_sec"] / MB, e_mbs]
+colors = ["#999999", "#1f77b4", "#9467bd", "#ff7f0e", "#4a9ad4", "#8cbfe6", "#2ca02c"]
 bars = ax1.bar(labels, values, color=colors)
 for bar, v in zip(bars, values):
     ax1.annotate(f"{v:.0f}\n({v / floor:.2f}×)", (bar.get_x() + bar.get_width() / 2, v),
@@ -457,6 +488,13 @@ MB is 10^6 bytes here (the floor tool's unit); `syncline perf` prints Kafka's MB
   keeps up to 5: with 128 KiB batches each broker gets one batch per acks=all
   round trip, and librdkafka's broker threads poll busily meanwhile, taking
   CPU from the brokers on a small machine.
+- **(l)**: (b) over TLS: the same `syncline perf produce`, through a second
+  client listener of each broker that is `SASL_SSL` (TLS 1.3 with rustls and a
+  local CA's certificates, then a SCRAM-SHA-512 login once per connection),
+  to a topic like (b)'s. The brokers replicate over their plaintext listener in
+  both, so (l)/(b) is what TLS costs a producer's path (client encryption,
+  broker decryption) on these cores; a cluster with TLS between brokers
+  (`scripts/cluster.sh up --secure`) pays it on each replication hop too.
 - **(e)**: `syncline perf consume` of the records (b) wrote, from the log start.
 - **(f)**: `syncline perf produce` with acks=all at half of (b)'s rate, half as
   many records (so as long as (b) ran); latency is from `send` to the

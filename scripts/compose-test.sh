@@ -15,6 +15,12 @@
 #   6. read both partitions from the beginning: every record acknowledged with
 #      acks=all is there.
 #
+# `scripts/compose-test.sh --secure` (or SYNCLINE_COMPOSE_TEST_SECURE=1) runs
+# the same test on the secure compose cluster (`scripts/compose.sh up
+# --secure`: SASL_SSL clients, mutual TLS between brokers, ACLs), every
+# command as its super user admin; its CA and password are made afresh in the
+# test's temporary directory.
+#
 # Needs Docker with the Compose tool, the Rust toolchain and bash; takes about a
 # minute once built. Bounded in time (every wait has a deadline); the cluster
 # and its volumes are removed on every exit path (`down -v`). Exits non-zero
@@ -23,6 +29,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
+
+SECURE=${SYNCLINE_COMPOSE_TEST_SECURE:-0}
+for arg in "$@"; do
+    case "$arg" in
+    --secure) SECURE=1 ;;
+    -h | --help)
+        usage_from_header "$0"
+        exit 0
+        ;;
+    *) die "unknown argument $arg (expected --secure or --help)" ;;
+    esac
+done
 
 export COMPOSE_PROJECT_NAME=${SYNCLINE_COMPOSE_TEST_PROJECT:-syncline-test}
 # The debug build by default: debug assertions on, and it is the build that
@@ -109,7 +127,7 @@ producer_loop() {
     local name=$1 topic=$2 partition=$3 i=0
     while [ ! -e "$WORK/stop" ]; do
         i=$((i + 1))
-        if echo "$name-$i" | timeout 60 "$SYNCLINE" produce "$topic" --partition "$partition" \
+        if echo "$name-$i" | timeout 60 "$SYNCLINE" "${SYNCLINE_ARGS[@]}" produce "$topic" --partition "$partition" \
             --acks all --retries 1000 --delivery-timeout-ms 45000 >/dev/null 2>>"$WORK/$name.err"; then
             echo "$name-$i" >>"$WORK/$name.acked"
         else
@@ -141,13 +159,22 @@ stop_producers() {
 
 command -v docker >/dev/null || fail "docker not found"
 docker info >/dev/null 2>&1 || fail "no Docker engine answers (docker info failed): start the Docker daemon"
-find_compose "$COMPOSE_PROJECT_NAME"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/syncline-compose-test.XXXXXX")
+UP_ARGS=()
+if [ "$SECURE" = 1 ]; then
+    find_compose "$(secure_compose_project "$COMPOSE_PROJECT_NAME")" docker-compose.secure.yml
+    # The test's own CA, password and client settings.
+    export SYNCLINE_COMPOSE_SECURE_DIR=$WORK/secure
+    SYNCLINE_ARGS=(--command-config "$SYNCLINE_COMPOSE_SECURE_DIR/client.properties")
+    UP_ARGS=(--secure)
+else
+    find_compose "$COMPOSE_PROJECT_NAME"
+fi
 
-log "starting the compose cluster (project $COMPOSE_PROJECT_NAME)"
+log "starting the $([ "$SECURE" = 1 ] && echo "secure ")compose cluster (project $COMPOSE_PROJECT_NAME)"
 # A leftover of an interrupted earlier run would break "fresh volumes".
 timeout 180 "${COMPOSE[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
-scripts/compose.sh up || fail "the compose cluster did not start (the reason is above)"
+scripts/compose.sh up "${UP_ARGS[@]}" || fail "the compose cluster did not start (the reason is above)"
 export SYNCLINE_BOOTSTRAP_SERVER=127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094
 
 log "creating topics cut (1 partition) and failover (3 partitions): RF 3, min.insync.replicas=2, replica.lag.time.max.ms=$LAG_MS"

@@ -3,7 +3,14 @@
 # three-broker cluster of its own: its own temporary directory, free ports and
 # short timers, so it never touches a cluster started by scripts/cluster.sh.
 #
-#   scripts/demo.sh
+#   scripts/demo.sh            the demo on a plaintext cluster
+#   scripts/demo.sh --secure   the same on a secure cluster (as scripts/cluster.sh
+#                              up --secure makes: SASL_SSL clients, mutual TLS
+#                              between brokers, ACLs, a super user admin), every
+#                              command with --command-config; then one more
+#                              chapter: ACLs (a user refused Write with
+#                              TOPIC_AUTHORIZATION_FAILED until an ACL allows
+#                              it) and a wrong password refused
 #
 # The story: acks=all rests on the ISR; a paused follower leaves the ISR while
 # acks=all goes on; below min.insync.replicas acks=all is refused; resumed
@@ -15,11 +22,24 @@
 # then runs in well under two minutes. Every process it starts is killed on every
 # exit path (Ctrl-C included); its directory is removed unless a step fails
 # (then the brokers' logs are kept and their path printed) or SYNCLINE_DEMO_KEEP=1.
-# SYNCLINE_NO_BUILD=1 uses target/release as it is.
+# SYNCLINE_NO_BUILD=1 uses target/release as it is; SYNCLINE_DEMO_SECURE=1 is
+# --secure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
+
+SECURE=${SYNCLINE_DEMO_SECURE:-0}
+for arg in "$@"; do
+    case "$arg" in
+    --secure) SECURE=1 ;;
+    -h | --help)
+        usage_from_header "$0"
+        exit 0
+        ;;
+    *) die "unknown argument $arg (expected --secure or --help)" ;;
+    esac
+done
 
 BIN_DIR=$PWD/target/release
 # Short timers so the story fits in a minute (Kafka's defaults are 30000 ms lag,
@@ -114,14 +134,29 @@ broker_log_tail() {
     tail -n 15 "$DEMO_DIR/broker-$1.log" >&2 || true
 }
 
+# The secure cluster's files in $DEMO_DIR: a CA and the brokers' certificates
+# (tls/), admin's password, the first users' verifiers, admin's client settings.
+make_secure_files() {
+    local n
+    require_security_cli
+    ensure_ca "$DEMO_DIR/tls"
+    for n in 1 2 3; do ensure_cert "$DEMO_DIR/tls" "broker-$n" "$DEMO_DIR/tls" localhost 127.0.0.1; done
+    ensure_password "$DEMO_DIR/admin.password"
+    ensure_scram_bootstrap "$DEMO_DIR/bootstrap-users" "$SECURE_ADMIN" "$DEMO_DIR/admin.password"
+    write_client_properties "$DEMO_DIR/client.properties" "$SECURE_ADMIN" "$DEMO_DIR/admin.password" "$DEMO_DIR/tls/ca.pem"
+}
+
 start_cluster() {
-    local n port metrics roles
-    local free
-    mapfile -t free < <(free_ports 6)
-    [ "${#free[@]}" -eq 6 ] || die "no 6 free ports found on 127.0.0.1"
+    local n port metrics roles listeners voter
+    local free count=6
+    [ "$SECURE" = 0 ] || count=9
+    mapfile -t free < <(free_ports "$count")
+    [ "${#free[@]}" -eq "$count" ] || die "no $count free ports found on 127.0.0.1"
     PORTS=("" "${free[@]:0:3}")
     METRICS_PORTS=("" "${free[@]:3:3}")
+    INTERNAL_PORTS=("" "${free[@]:6:3}")
     BROKER_PIDS=("" "" "" "")
+    [ "$SECURE" = 0 ] || make_secure_files
     for n in 1 2 3; do
         port=${PORTS[$n]}
         metrics=${METRICS_PORTS[$n]}
@@ -130,25 +165,39 @@ start_cluster() {
         # lose their majority, so the ISR could not shrink.
         roles=broker
         [ "$n" -eq 1 ] && roles="broker,controller"
+        listeners="127.0.0.1:$port"
+        voter="127.0.0.1:${PORTS[1]}"
+        if [ "$SECURE" = 1 ]; then
+            # Clients on CLIENT (SASL_SSL), the brokers and the quorum on
+            # INTERNAL (SSL, mutual TLS), as scripts/cluster.sh up --secure.
+            listeners="CLIENT://127.0.0.1:$port,INTERNAL://127.0.0.1:${INTERNAL_PORTS[$n]}"
+            voter="127.0.0.1:${INTERNAL_PORTS[1]}"
+        fi
         cat >"$DEMO_DIR/broker-$n.toml" <<EOF
 # scripts/demo.sh: broker $n of the demo's throwaway cluster.
 node_id = $n
 cluster_id = "syncline-demo"
-listeners = "127.0.0.1:$port"
+listeners = "$listeners"
 log_dirs = "$DEMO_DIR/data-$n"
 process_roles = "$roles"
-controller_quorum_voters = "1@127.0.0.1:${PORTS[1]}"
+controller_quorum_voters = "1@$voter"
 metrics_listen = "127.0.0.1:$metrics"
 replica_lag_time_max_ms = $REPLICA_LAG_TIME_MAX_MS
 broker_session_timeout_ms = $BROKER_SESSION_TIMEOUT_MS
 broker_heartbeat_interval_ms = $BROKER_HEARTBEAT_INTERVAL_MS
 EOF
+        if [ "$SECURE" = 1 ]; then
+            echo 'inter_broker_listener_name = "INTERNAL"' >>"$DEMO_DIR/broker-$n.toml"
+            secure_broker_keys "CLIENT:SASL_SSL,INTERNAL:SSL" "$DEMO_DIR/tls" "broker-$n" \
+                "$DEMO_DIR/bootstrap-users" >>"$DEMO_DIR/broker-$n.toml"
+        fi
         NO_COLOR=1 synclined --config "$DEMO_DIR/broker-$n.toml" >"$DEMO_DIR/broker-$n.log" 2>&1 </dev/null &
         BROKER_PIDS[n]=$!
         # Out of the job table: no "Killed" notice when the demo kills it.
         disown "$!"
     done
     export SYNCLINE_BOOTSTRAP_SERVER="127.0.0.1:${PORTS[1]}"
+    [ "$SECURE" = 0 ] || SYNCLINE_ARGS=(--command-config "$DEMO_DIR/client.properties")
 
     local status=0
     wait_cluster_ready "$WAIT_S" 3 "127.0.0.1:${PORTS[1]},127.0.0.1:${PORTS[2]},127.0.0.1:${PORTS[3]}" \
@@ -297,6 +346,22 @@ pauses or kills broker 1. Short timers: replica_lag_time_max_ms=$REPLICA_LAG_TIM
 broker_session_timeout_ms=$BROKER_SESSION_TIMEOUT_MS, broker_heartbeat_interval_ms=$BROKER_HEARTBEAT_INTERVAL_MS."
 start_cluster
 say "The CLI talks to broker 1: SYNCLINE_BOOTSTRAP_SERVER=$SYNCLINE_BOOTSTRAP_SERVER"
+if [ "$SECURE" = 1 ]; then
+    # Every command below as admin; one that names its own settings keeps them.
+    syncline() {
+        if [ "${1:-}" = --command-config ]; then
+            command syncline "$@"
+        else
+            command syncline --command-config "$DEMO_DIR/client.properties" "$@"
+        fi
+    }
+    say "A secure cluster, as scripts/cluster.sh up --secure makes: clients connect with \
+SASL_SSL (TLS against the demo's own CA, then a SCRAM-SHA-512 login), the brokers talk to \
+each other with mutual TLS on a listener of their own, and ACLs are on (authorizer_enable) \
+with the super user admin. Every syncline command below is run as admin: here syncline \
+stands for \`syncline --command-config $DEMO_DIR/client.properties\`, which holds:"
+    run "grep -v '^#' $DEMO_DIR/client.properties | sed 's/^sasl.password=.*/sasl.password=(random, from admin.password)/'"
+fi
 run "syncline cluster describe"
 
 chapter "1. A topic with replication factor 3 and min.insync.replicas=2"
@@ -430,6 +495,55 @@ fi
 ok "the refused record (order-refused) was never written"
 say "With broker $OLD_LEADER gone, acks=all still succeeds on 2 replicas, and says so:"
 run "echo payment-21 | syncline produce payments --partition $FAIL_P --acks all --print-metadata"
+
+if [ "$SECURE" = 1 ]; then
+    chapter "9. ACLs: a user may do only what an ACL allows"
+    say "authorizer_enable=true, super_users=User:admin, allow_everyone_if_no_acl_found=false: \
+admin may do everything, any other user only what an ACL allows. A new user, alice, whose \
+SCRAM-SHA-512 credential the metadata log stores as a salted hash (never the password):"
+    ensure_password "$DEMO_DIR/alice.password"
+    run "syncline user create alice --mechanism SCRAM-SHA-512 --password-file $DEMO_DIR/alice.password"
+    write_client_properties "$DEMO_DIR/alice.properties" alice "$DEMO_DIR/alice.password" "$DEMO_DIR/tls/ca.pem"
+    say "alice owns the topics named alice-* (a prefixed ACL) and may read orders, but not write it:"
+    run "syncline acl add --allow-principal User:alice --operation All --topic alice- --resource-pattern-type prefixed"
+    run "syncline acl add --allow-principal User:alice --operation Read --topic orders"
+    run "syncline acl list"
+    # alice's login and ACLs reach broker 1 (orders-0's leader) through the
+    # metadata log: wait until alice may describe orders there.
+    alice_sees_orders() {
+        timeout 10 "$BIN_DIR/syncline" --command-config "$DEMO_DIR/alice.properties" \
+            topic describe orders --partition 0 --field leader >/dev/null 2>&1
+    }
+    wait_until "$WAIT_S" alice_sees_orders || die "alice cannot log in or describe orders after ${WAIT_S} s"
+    HW_BEFORE=$(partition_fields orders 0 high_watermark)
+    say "alice writes to orders (her settings: $DEMO_DIR/alice.properties):"
+    if run "echo order-by-alice | syncline --command-config $DEMO_DIR/alice.properties produce orders --partition 0 --acks all 2>&1 | tee $DEMO_DIR/alice.err"; then
+        die "alice wrote to orders without a Write ACL"
+    fi
+    grep -q TOPIC_AUTHORIZATION_FAILED "$DEMO_DIR/alice.err" ||
+        die "alice's produce failed, but not with TOPIC_AUTHORIZATION_FAILED (its output is above)"
+    HW_AFTER=$(partition_fields orders 0 high_watermark)
+    [ "$HW_AFTER" = "$HW_BEFORE" ] ||
+        die "orders-0's high watermark moved from $HW_BEFORE to $HW_AFTER after a refused produce"
+    ok "refused with TOPIC_AUTHORIZATION_FAILED: nothing was written (orders-0's high watermark stays $HW_BEFORE)"
+    run "syncline acl add --allow-principal User:alice --operation Write --topic orders"
+    alice_may_write() {
+        cli acl list --principal User:alice --topic orders 2>/dev/null | grep -qi write
+    }
+    wait_until "$WAIT_S" alice_may_write || die "the Write ACL for alice is not listed after ${WAIT_S} s"
+    run "echo order-by-alice | syncline --command-config $DEMO_DIR/alice.properties produce orders --partition 0 --acks all --print-metadata"
+    acked order-by-alice
+    run "syncline --command-config $DEMO_DIR/alice.properties consume orders --partition 0 --from-beginning --timeout-ms 2000 | tail -n 1"
+    ok "with the Write ACL, alice's record was acknowledged with acks=all and reads back"
+    say "A wrong password is refused at the login, before any request:"
+    sed 's/^sasl.password=.*/sasl.password=not-alices-password/' "$DEMO_DIR/alice.properties" >"$DEMO_DIR/wrong.properties"
+    if run "syncline --command-config $DEMO_DIR/wrong.properties topic list 2>&1 | tee $DEMO_DIR/wrong.err"; then
+        die "a wrong password was accepted"
+    fi
+    grep -q SASL_AUTHENTICATION_FAILED "$DEMO_DIR/wrong.err" ||
+        die "the wrong password was refused, but the error does not say SASL_AUTHENTICATION_FAILED (it is above)"
+    ok "refused with SASL_AUTHENTICATION_FAILED"
+fi
 
 chapter "Done in $(elapsed "$STARTED_AT")"
 say "Stopping the demo cluster and removing $DEMO_DIR."

@@ -7,11 +7,16 @@
 # `--field` reads of `topic describe --json` and `cluster describe --json`),
 # never by parsing the tables meant for people. Settings a script may give
 # before calling these: SYNCLINE (the syncline binary, default: syncline on
-# PATH), CLI_TIMEOUT_S (bound on one CLI call, default 10), RED and RESET
-# (colours of error messages, default none).
+# PATH), SYNCLINE_ARGS (an array of global options put before every command
+# of cli() and wait_cluster_ready, e.g. (--command-config FILE) for a secure
+# cluster; default none), CLI_TIMEOUT_S (bound on one CLI call, default 10),
+# RED and RESET (colours of error messages, default none).
 
 # The script's name, for messages.
 PROG=$(basename "$0")
+
+# Global options of every syncline call made here (see above).
+SYNCLINE_ARGS=()
 
 die() {
     echo "${RED:-}$PROG: error: $*${RESET:-}" >&2
@@ -126,7 +131,7 @@ toml_value() {
 
 # syncline, bounded in time: one call never hangs a script (e.g. on a broker
 # paused with SIGSTOP).
-cli() { timeout "${CLI_TIMEOUT_S:-10}" "${SYNCLINE:-syncline}" "$@"; }
+cli() { timeout "${CLI_TIMEOUT_S:-10}" "${SYNCLINE:-syncline}" "${SYNCLINE_ARGS[@]}" "$@"; }
 
 # partition_fields TOPIC PARTITION FIELD...: the partition's FIELDs (keys of
 # `topic describe --json`: leader, leader_epoch, replicas, isr,
@@ -161,7 +166,8 @@ wait_cluster_ready() {
     WAIT_READY_DIR=$out
     # Not through cli(): $! must be timeout's own pid (it passes SIGTERM on).
     # --foreground keeps it in the script's process group, so Ctrl-C reaches it.
-    timeout --foreground "$((timeout_s + 15))" "${SYNCLINE:-syncline}" --bootstrap-server "$bootstrap" cluster wait-ready \
+    timeout --foreground "$((timeout_s + 15))" "${SYNCLINE:-syncline}" "${SYNCLINE_ARGS[@]}" \
+        --bootstrap-server "$bootstrap" cluster wait-ready \
         --brokers "$brokers" --timeout-ms "$((timeout_s * 1000))" >"$out/stdout" 2>"$out/stderr" &
     pid=$!
     WAIT_READY_PID=$pid
@@ -209,6 +215,148 @@ stop_wait_ready() {
     return 0
 }
 
+# ---------------------------------------------------------------- security
+
+# A secure cluster's files (scripts/cluster.sh up --secure, scripts/compose.sh
+# up --secure, scripts/demo.sh --secure, scripts/bench.sh): a local CA and
+# certificates (`syncline cert`), a random password, the SCRAM verifiers of a
+# new cluster's first user (`syncline user verifier`), the client settings.
+# Each helper makes its file only when it is missing, so running a script
+# again keeps the cluster's CA and passwords.
+
+# The user every secure cluster of the scripts starts with, a super user.
+SECURE_ADMIN="admin"
+# The mechanism the scripts' client settings use (the brokers accept
+# SCRAM-SHA-256 and PLAIN too).
+SECURE_MECHANISM=SCRAM-SHA-512
+
+# require_security_cli: fails unless the syncline binary has the commands a
+# secure cluster is made with.
+require_security_cli() {
+    local c
+    for c in cert user acl; do
+        "${SYNCLINE:-syncline}" "$c" --help >/dev/null 2>&1 ||
+            die "${SYNCLINE:-syncline} has no \`$c\` command (needed for a secure cluster): rebuild it with cargo build --release --bins"
+    done
+}
+
+# ensure_ca DIR: a CA in DIR (ca.pem, and ca.key readable by its owner only),
+# made with `syncline cert create-ca` when DIR has none.
+ensure_ca() {
+    local dir=$1
+    [ -f "$dir/ca.pem" ] && [ -f "$dir/ca.key" ] && return 0
+    if [ -f "$dir/ca.pem" ] || [ -f "$dir/ca.key" ]; then
+        die "$dir holds only one of ca.pem and ca.key: remove $dir to make a new CA (its certificates are made again with it; clients must then trust the new ca.pem)"
+    fi
+    mkdir -p "$dir"
+    "${SYNCLINE:-syncline}" cert create-ca --dir "$dir" >/dev/null ||
+        die "\`syncline cert create-ca --dir $dir\` failed (its message is above)"
+}
+
+# ensure_cert CA_DIR NAME OUT_DIR HOST...: OUT_DIR/NAME.pem and NAME.key, a
+# certificate with CN=NAME and the HOSTs (DNS names, IP addresses) as its
+# subject alternative names, signed by the CA in CA_DIR; made again when
+# missing or older than the CA.
+ensure_cert() {
+    local ca=$1 name=$2 out=$3 args=() h
+    shift 3
+    if [ -f "$out/$name.pem" ] && [ -f "$out/$name.key" ] && ! [ "$ca/ca.pem" -nt "$out/$name.pem" ]; then
+        return 0
+    fi
+    rm -f "$out/$name.pem" "$out/$name.key"
+    for h in "$@"; do args+=(--host "$h"); done
+    "${SYNCLINE:-syncline}" cert create --ca-dir "$ca" --name "$name" "${args[@]}" --out-dir "$out" >/dev/null ||
+        die "\`syncline cert create --ca-dir $ca --name $name ${args[*]} --out-dir $out\` failed (its message is above)"
+}
+
+# ensure_password FILE: a random password (18 bytes of /dev/urandom in base64:
+# 24 characters) in FILE, readable by its owner only; kept when FILE exists.
+ensure_password() {
+    [ -s "$1" ] && return 0
+    (
+        umask 077
+        head -c 18 /dev/urandom | base64 | tr -d '\n' >"$1.tmp"
+        mv "$1.tmp" "$1"
+    )
+}
+
+# ensure_scram_bootstrap FILE USER PASSWORD_FILE: FILE, a broker's
+# scram_bootstrap_file: USER's SCRAM-SHA-256 and SCRAM-SHA-512 verifiers (salted
+# hashes, not the password), which the controller of a new cluster turns into
+# the cluster's first credentials. Made again when older than PASSWORD_FILE.
+ensure_scram_bootstrap() {
+    local file=$1 user=$2 password=$3 m
+    [ -s "$file" ] && ! [ "$password" -nt "$file" ] && return 0
+    {
+        echo "# SCRAM credentials a new cluster starts with (scram_bootstrap_file): applied"
+        echo "# once, while the cluster's metadata has no user yet. Made by scripts/$PROG."
+        for m in SCRAM-SHA-256 SCRAM-SHA-512; do
+            "${SYNCLINE:-syncline}" user verifier "$user" --mechanism "$m" --password-file "$password" ||
+                die "\`syncline user verifier $user --mechanism $m --password-file $password\` failed (its message is above)"
+        done
+    } >"$file.tmp"
+    mv "$file.tmp" "$file"
+}
+
+# abs_path PATH: PATH, absolute (relative to the working directory).
+abs_path() {
+    case "$1" in
+    /*) echo "$1" ;;
+    *) echo "$PWD/$1" ;;
+    esac
+}
+
+# write_client_properties FILE USER PASSWORD_FILE CA_FILE: the Kafka client
+# settings (`--command-config FILE`) of USER over SASL_SSL, readable by its
+# owner only (it holds the password). Paths in it are absolute.
+write_client_properties() {
+    local file user=$2 password ca
+    file=$(abs_path "$1")
+    password=$(cat "$3")
+    ca=$(abs_path "$4")
+    (
+        umask 077
+        cat >"$file.tmp" <<EOF
+# Client settings of $user (Kafka's client property names), made by scripts/$PROG:
+#   syncline --command-config $file ...
+security.protocol=SASL_SSL
+sasl.mechanism=$SECURE_MECHANISM
+sasl.username=$user
+sasl.password=$password
+ssl.ca.location=$ca
+EOF
+        mv "$file.tmp" "$file"
+    )
+}
+
+# secure_broker_keys MAP TLS_DIR NAME BOOTSTRAP_FILE: the TOML keys that make
+# a broker secure, for the end of its config: each listener's security
+# protocol (MAP, as listener_security_protocol_map), its certificate
+# TLS_DIR/NAME.pem and key, the CA TLS_DIR/ca.pem, ACLs on with $SECURE_ADMIN as
+# the super user, and the first users (BOOTSTRAP_FILE).
+secure_broker_keys() {
+    cat <<EOF
+
+# ---- security (added by scripts/$PROG) ------------------------------------
+# Each listener's protocol: SASL_SSL (TLS, then a SCRAM or PLAIN login) for
+# clients; SSL on the inter-broker listener, where inter_broker_ssl_client_auth
+# (default required) makes it mutual TLS (the brokers also log in to each
+# other as broker-N with SCRAM, as on any listener).
+listener_security_protocol_map = "$1"
+ssl_certificate_location = "$2/$3.pem"
+ssl_key_location = "$2/$3.key"
+ssl_ca_location = "$2/ca.pem"
+# Clients of the other listeners need no certificate of their own.
+ssl_client_auth = "none"
+# ACLs decide what each user may do; $SECURE_ADMIN may do everything.
+authorizer_enable = true
+super_users = "User:$SECURE_ADMIN"
+allow_everyone_if_no_acl_found = false
+# The users a new cluster starts with (SCRAM verifiers): $SECURE_ADMIN.
+scram_bootstrap_file = "$4"
+EOF
+}
+
 # ---------------------------------------------------------------- Kafka's clients
 
 # ensure_kafka_clients: Kafka's Python clients (confluent-kafka bundles
@@ -251,8 +399,14 @@ build_bins() {
     "${cmd[@]}"
 }
 
-# find_compose PROJECT: sets COMPOSE to `docker compose` (v2) or
-# `docker-compose` (v1), with this repository's docker-compose.yml and PROJECT.
+# The compose project of the secure cluster of compose project $1
+# (scripts/compose.sh up --secure): its containers, network and volumes are its
+# own.
+secure_compose_project() { echo "$1-secure"; }
+
+# find_compose PROJECT [FILE...]: sets COMPOSE to `docker compose` (v2) or
+# `docker-compose` (v1), with this repository's docker-compose.yml (then the
+# FILEs on top, e.g. docker-compose.secure.yml) and PROJECT.
 find_compose() {
     command -v docker >/dev/null ||
         die "docker not found: install Docker Engine and the Compose tool (docker compose or docker-compose)"
@@ -263,5 +417,8 @@ find_compose() {
     else
         die "neither \`docker compose\` nor \`docker-compose\` is installed: install the Compose tool"
     fi
-    COMPOSE+=(-f docker-compose.yml -p "$1")
+    COMPOSE+=(-f docker-compose.yml)
+    local f
+    for f in "${@:2}"; do COMPOSE+=(-f "$f"); done
+    COMPOSE+=(-p "$1")
 }
