@@ -15,6 +15,8 @@
 pub mod acl;
 pub mod credentials;
 pub mod plain;
+pub mod protocol;
 pub mod scram;
 
+pub use protocol::SecurityProtocol;
 pub use scram::{ClientCredential, Mechanism, ScramClient, ScramError, ScramServer, Verifier};

@@ -102,63 +102,7 @@ pub struct ListenerConfig {
     pub security_protocol: SecurityProtocol,
 }
 
-/// Kafka's `security.protocol` of a listener: TLS or not, SASL or not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SecurityProtocol {
-    /// Neither: clients are anonymous unless they authenticate with SASL
-    /// (brokers always do).
-    #[default]
-    Plaintext,
-    /// TLS; the client is anonymous unless it authenticates with SASL.
-    Ssl,
-    /// SASL authentication required before any other request, no TLS.
-    SaslPlaintext,
-    /// TLS, then SASL authentication required.
-    SaslSsl,
-}
-
-impl SecurityProtocol {
-    /// Kafka's name: `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT`, `SASL_SSL`.
-    pub fn name(self) -> &'static str {
-        match self {
-            SecurityProtocol::Plaintext => "PLAINTEXT",
-            SecurityProtocol::Ssl => "SSL",
-            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
-            SecurityProtocol::SaslSsl => "SASL_SSL",
-        }
-    }
-
-    /// The protocol of a Kafka name (exact, upper case).
-    pub fn from_name(name: &str) -> Option<SecurityProtocol> {
-        [
-            SecurityProtocol::Plaintext,
-            SecurityProtocol::Ssl,
-            SecurityProtocol::SaslPlaintext,
-            SecurityProtocol::SaslSsl,
-        ]
-        .into_iter()
-        .find(|p| p.name() == name)
-    }
-
-    /// Connections are TLS.
-    pub fn is_tls(self) -> bool {
-        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
-    }
-
-    /// Connections must authenticate with SASL before anything else.
-    pub fn requires_sasl(self) -> bool {
-        matches!(
-            self,
-            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
-        )
-    }
-}
-
-impl std::fmt::Display for SecurityProtocol {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
+pub use syncline_auth::SecurityProtocol;
 
 /// Kafka's `ssl.client.auth`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -276,7 +220,7 @@ fn parse_security_protocol_map(
             ));
         };
         let (name, protocol) = (name.trim(), protocol.trim());
-        let Some(p) = SecurityProtocol::from_name(protocol) else {
+        let Ok(p) = protocol.parse::<SecurityProtocol>() else {
             return Err(invalid(
                 KEY,
                 format!(
@@ -938,7 +882,7 @@ impl BrokerConfig {
                 .iter()
                 .find(|(n, _)| *n == l.name)
                 .map(|(_, p)| *p)
-                .or_else(|| SecurityProtocol::from_name(&l.name))
+                .or_else(|| l.name.parse().ok())
                 .unwrap_or_default();
         }
         let ssl = ssl_config(

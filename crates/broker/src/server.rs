@@ -98,7 +98,7 @@ impl ConnectionState {
     /// Whether the request `body` may be read before the connection
     /// authenticated: on a SASL listener, only the exchange itself.
     pub(crate) fn admits_unauthenticated(&self, body: Option<&pb::request::Body>) -> bool {
-        !self.protocol.requires_sasl()
+        !self.protocol.is_sasl()
             || self.principal.get().is_some()
             || matches!(
                 body,
