@@ -331,12 +331,17 @@ fn decide(check: &Check<'_>, body: pb::request::Body) -> Verdict {
         }
         Body::DescribeTopics(r) => {
             let filter = check_filter(check, Describe);
+            // A topic's configs are for those who may DescribeConfigs it.
+            let configs = check_filter(check, DescribeConfigs);
             let named: Vec<String> = r.topics.clone();
             Verdict::Partial(
                 Body::DescribeTopics(r),
                 Box::new(move |resp| {
                     if let pb::response::Body::DescribeTopics(d) = resp {
                         for t in &mut d.topics {
+                            if !configs(&t.name) {
+                                t.configs.clear();
+                            }
                             if !filter(&t.name) {
                                 *t = pb::TopicDescription {
                                     name: std::mem::take(&mut t.name),
@@ -818,6 +823,45 @@ mod tests {
         assert_eq!(
             r.topics[0].error_code,
             ErrorCode::TopicAuthorizationFailed as i32
+        );
+    }
+
+    #[test]
+    fn described_topics_keep_their_configs_only_for_who_may_describe_configs() {
+        let a = authorizer();
+        let described = |principal: &str| {
+            let Verdict::Partial(_, patch) = a.check(
+                pb::request::Body::DescribeTopics(pb::DescribeTopicsRequest::default()),
+                &user(principal),
+                "h",
+                acls,
+            ) else {
+                panic!("partial expected");
+            };
+            let mut response = pb::response::Body::DescribeTopics(pb::DescribeTopicsResponse {
+                topics: ["orders", "other"]
+                    .map(|name| pb::TopicDescription {
+                        name: name.into(),
+                        configs: [("retention.ms".to_string(), "1".to_string())].into(),
+                        ..Default::default()
+                    })
+                    .to_vec(),
+            });
+            patch(&mut response);
+            let pb::response::Body::DescribeTopics(d) = response else {
+                unreachable!()
+            };
+            d.topics
+                .iter()
+                .map(|t| (t.name.clone(), t.configs.len()))
+                .collect::<Vec<_>>()
+        };
+        // bob reads orders (so describes it) but may not see its configs, nor
+        // the other topic at all; the admin sees everything.
+        assert_eq!(described("bob"), [("orders".to_string(), 0)]);
+        assert_eq!(
+            described("admin"),
+            [("orders".to_string(), 1), ("other".to_string(), 1)]
         );
     }
 
