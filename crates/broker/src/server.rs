@@ -714,6 +714,41 @@ mod tests {
     }
 
     #[test]
+    fn a_client_certificate_is_the_principal_until_sasl_names_another() {
+        let conn = ConnectionState::kafka(
+            "SSL".into(),
+            "10.0.0.1:5000",
+            SecurityProtocol::Ssl,
+            Some("CN=alice,O=example".into()),
+            CancellationToken::new(),
+        );
+        assert_eq!(
+            conn.principal(),
+            Principal::User("CN=alice,O=example".into())
+        );
+        assert_eq!(conn.principal().acl_name(), "User:CN=alice,O=example");
+        // SSL is not a SASL listener: anything may come before a login.
+        assert!(conn.admits_unauthenticated(None));
+        let _ = conn.principal.set(Principal::Broker(2));
+        assert_eq!(conn.principal(), Principal::Broker(2));
+
+        let sasl = ConnectionState::kafka(
+            "CLIENT".into(),
+            "10.0.0.1:5001",
+            SecurityProtocol::SaslSsl,
+            None,
+            CancellationToken::new(),
+        );
+        assert_eq!(sasl.principal(), Principal::Anonymous);
+        let metadata = pb::request::Body::Metadata(pb::MetadataRequest::default());
+        let handshake = pb::request::Body::SaslHandshake(pb::SaslHandshakeRequest::default());
+        assert!(!sasl.admits_unauthenticated(Some(&metadata)));
+        assert!(sasl.admits_unauthenticated(Some(&handshake)));
+        let _ = sasl.principal.set(Principal::User("bob".into()));
+        assert!(sasl.admits_unauthenticated(Some(&metadata)));
+    }
+
+    #[test]
     fn a_fetch_reserves_its_capped_size_plus_one_batch() {
         let config = crate::config::BrokerConfig::parse(
             "node_id = 1\nprocess_roles = \"broker,controller\"\nlog_dirs = \"/tmp/x/b\"\ncontroller_quorum_voters = \"1@127.0.0.1:9092\"\nfetch_max_bytes = 10000\nmessage_max_bytes = 1000",
