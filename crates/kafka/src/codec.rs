@@ -53,9 +53,12 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslAuthenticate, 0, 2),
     // Users and ACLs. The ACL APIs' version 0 (no pattern type) is gone from
     // Kafka 4 and from kafka-protocol; every client that speaks them speaks 1.
-    (ApiKey::DescribeAcls, 1, 3),
-    (ApiKey::CreateAcls, 1, 3),
-    (ApiKey::DeleteAcls, 1, 3),
+    // At most 2, though 3 decodes too: kafka-python infers a Kafka 3.3
+    // broker from DescribeAcls v3 and then sends Metadata versions past the
+    // 9 advertised here (the other APIs' maxima are Kafka 2.8-3.0's).
+    (ApiKey::DescribeAcls, 1, 2),
+    (ApiKey::CreateAcls, 1, 2),
+    (ApiKey::DeleteAcls, 1, 2),
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
@@ -283,6 +286,27 @@ pub fn encode_response<B: Encodable>(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    /// kafka-python takes the newest Kafka whose marker version an API
+    /// reaches as the broker's version, then uses that Kafka's versions of
+    /// the others: no advertised maximum may mark a Kafka newer than 3.0
+    /// (ListOffsets v7), or it asks for Metadata past v9.
+    #[test]
+    fn no_advertised_version_marks_a_kafka_newer_than_3_0() {
+        let newer = [
+            (ApiKey::DescribeAcls, 3),
+            (ApiKey::JoinGroup, 9),
+            (ApiKey::Fetch, 13),
+            (ApiKey::ListOffsets, 8),
+            (ApiKey::Produce, 11),
+            (ApiKey::AddPartitionsToTxn, 4),
+        ];
+        for (api, marker) in newer {
+            if let Some(&(_, _, max)) = SUPPORTED.iter().find(|(a, _, _)| *a == api) {
+                assert!(max < marker, "{api:?} v{max} marks a newer Kafka");
+            }
+        }
+    }
     use kafka_protocol::protocol::StrBytes;
 
     /// A request frame as a client sends it.

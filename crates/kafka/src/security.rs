@@ -1010,9 +1010,9 @@ mod tests {
     fn every_security_api_is_advertised_at_the_versions_decoded() {
         let advertised = crate::codec::api_versions(0);
         for (api, min, max) in [
-            (ApiKey::DescribeAcls, 1, 3),
-            (ApiKey::CreateAcls, 1, 3),
-            (ApiKey::DeleteAcls, 1, 3),
+            (ApiKey::DescribeAcls, 1, 2),
+            (ApiKey::CreateAcls, 1, 2),
+            (ApiKey::DeleteAcls, 1, 2),
             (ApiKey::DescribeUserScramCredentials, 0, 0),
             (ApiKey::AlterUserScramCredentials, 0, 0),
         ] {
