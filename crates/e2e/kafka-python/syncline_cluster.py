@@ -204,7 +204,21 @@ def syncline_kafka_consumer_factory(kafka_broker, topic, request):
     @contextlib.contextmanager
     def factory(topics=(topic,), **override_params):
         with suite_factory(topics=(), **override_params) as consumer:
-            consumer.bootstrap(timeout_ms=consumer.config["bootstrap_timeout_ms"])
+            timeout_ms = consumer.config["bootstrap_timeout_ms"]
+            consumer.bootstrap(timeout_ms=timeout_ms)
+            # The topics' partitions in the consumer's metadata before it
+            # subscribes: a subscription right after the bootstrap waits
+            # retry_backoff_ms for its metadata while the coordinator joins
+            # at once, and a leader that joined without the partitions
+            # assigns nothing (the rejoin kafka-python owes then can be lost,
+            # see the ``topic`` fixture).
+            deadline = time.monotonic() + timeout_ms / 1000
+            for t in topics:
+                while not consumer.partitions_for_topic(t):
+                    if time.monotonic() > deadline:
+                        pytest.fail("syncline_cluster: no metadata for topic %s within %d ms"
+                                    % (t, timeout_ms))
+                    time.sleep(0.05)
             if topics:
                 consumer.subscribe(topics=list(topics))
             yield consumer
