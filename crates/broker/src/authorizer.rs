@@ -295,7 +295,7 @@ fn decide(check: &Check<'_>, body: pb::request::Body) -> Verdict {
         Body::Metadata(mut r) => {
             if r.topics.is_empty() {
                 // Every topic: those it may not Describe are left out.
-                let filter = check_filter(check, Describe);
+                let filter = resource_filter(check, ResourceType::Topic, Describe);
                 return Verdict::Partial(
                     Body::Metadata(r),
                     Box::new(move |resp| {
@@ -330,9 +330,9 @@ fn decide(check: &Check<'_>, body: pb::request::Body) -> Verdict {
             )
         }
         Body::DescribeTopics(r) => {
-            let filter = check_filter(check, Describe);
+            let filter = resource_filter(check, ResourceType::Topic, Describe);
             // A topic's configs are for those who may DescribeConfigs it.
-            let configs = check_filter(check, DescribeConfigs);
+            let configs = resource_filter(check, ResourceType::Topic, DescribeConfigs);
             let named: Vec<String> = r.topics.clone();
             Verdict::Partial(
                 Body::DescribeTopics(r),
@@ -499,7 +499,7 @@ fn decide(check: &Check<'_>, body: pb::request::Body) -> Verdict {
             if check.allowed_quietly(Describe, ResourceType::Cluster, acl::CLUSTER_RESOURCE_NAME) {
                 return Verdict::Serve(Body::ListGroups(r));
             }
-            let filter = group_filter(check);
+            let filter = resource_filter(check, ResourceType::Group, Describe);
             Verdict::Partial(
                 Body::ListGroups(r),
                 Box::new(move |resp| {
@@ -532,9 +532,14 @@ fn group(check: &Check<'_>, op: Operation, group: String, body: pb::request::Bod
     }
 }
 
-/// A filter of topics by `op`, for patches run after the request was served
-/// (it owns copies of what it needs; denials are not logged by it).
-fn check_filter(check: &Check<'_>, op: Operation) -> impl Fn(&str) -> bool + Send + 'static {
+/// A filter of resources of `resource_type` by `op`, for patches run after
+/// the request was served (it owns copies of what it needs; denials are not
+/// logged by it).
+fn resource_filter(
+    check: &Check<'_>,
+    resource_type: ResourceType,
+    op: Operation,
+) -> impl Fn(&str) -> bool + Send + 'static {
     let acls = check.acls.clone();
     let config = check.authorizer.config.clone();
     let principal = check.principal.clone();
@@ -547,27 +552,7 @@ fn check_filter(check: &Check<'_>, op: Operation) -> impl Fn(&str) -> bool + Sen
             &host,
             op,
             Resource {
-                resource_type: ResourceType::Topic,
-                name,
-            },
-        )
-    }
-}
-
-fn group_filter(check: &Check<'_>) -> impl Fn(&str) -> bool + Send + 'static {
-    let acls = check.acls.clone();
-    let config = check.authorizer.config.clone();
-    let principal = check.principal.clone();
-    let host = check.host.to_string();
-    move |name: &str| {
-        acl::authorize(
-            &acls,
-            &config,
-            &principal,
-            &host,
-            Operation::Describe,
-            Resource {
-                resource_type: ResourceType::Group,
+                resource_type,
                 name,
             },
         )

@@ -106,6 +106,29 @@ impl ConnectionState {
             )
     }
 
+    /// Runs one SaslHandshake or SaslAuthenticate of the connection, inline
+    /// so that its next request already sees the principal: waits for the
+    /// users when a user logs in to a broker that has not heard of them yet,
+    /// counts a failure, records who authenticated.
+    pub(crate) async fn sasl_step(
+        &self,
+        broker: &Broker,
+        sasl: &mut SaslState,
+        body: pb::request::Body,
+    ) -> crate::auth::SaslStep {
+        if sasl.needs_users(&body) && !broker.metadata().wait_security_known(USERS_WAIT).await {
+            tracing::warn!(peer = %self.peer, "no users announced yet: is the controller quorum reachable?");
+        }
+        let step = sasl.step(&self.sasl_context(broker), body, &self.peer);
+        if step.close {
+            broker.metrics().authentication_failures.inc();
+        }
+        if let Some(principal) = step.authenticated.clone() {
+            self.authenticated(broker, principal);
+        }
+        step
+    }
+
     /// What a connection's SASL exchange checks against.
     pub(crate) fn sasl_context<'a>(&self, broker: &'a Broker) -> SaslContext<'a> {
         SaslContext {
@@ -492,16 +515,7 @@ async fn connection(accepted: Accepted, broker: Arc<Broker>, shutdown: Cancellat
         {
             // Inline, so that the next request on the connection already sees
             // the principal.
-            if sasl.needs_users(&body) && !broker.metadata().wait_security_known(USERS_WAIT).await {
-                tracing::warn!(%peer, "no users announced yet: is the controller quorum reachable?");
-            }
-            let step = sasl.step(&conn.sasl_context(&broker), body, &peer);
-            if step.close {
-                broker.metrics().authentication_failures.inc();
-            }
-            if let Some(principal) = step.authenticated {
-                conn.authenticated(&broker, principal);
-            }
+            let step = conn.sasl_step(&broker, &mut sasl, body).await;
             responder.send(step.response);
             if step.close {
                 break;

@@ -25,9 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::SaslState;
 use crate::broker::Broker;
-use crate::server::{
-    next_frame, Accepted, ConnectionState, KafkaReply, RequestLimits, Responder, USERS_WAIT,
-};
+use crate::server::{next_frame, Accepted, ConnectionState, KafkaReply, RequestLimits, Responder};
 use syncline_kafka::codec;
 use syncline_kafka::translate::{self, Route};
 
@@ -121,17 +119,7 @@ pub(crate) async fn connection(
         if let body @ (pb::request::Body::SaslHandshake(_)
         | pb::request::Body::SaslAuthenticate(_)) = body
         {
-            // Inline, as on syncline's listeners.
-            if sasl.needs_users(&body) && !broker.metadata().wait_security_known(USERS_WAIT).await {
-                tracing::warn!(%peer, "no users announced yet: is the controller quorum reachable?");
-            }
-            let step = sasl.step(&conn.sasl_context(&broker), body, &peer);
-            if step.close {
-                broker.metrics().authentication_failures.inc();
-            }
-            if let Some(principal) = step.authenticated {
-                conn.authenticated(&broker, principal);
-            }
+            let step = conn.sasl_step(&broker, &mut sasl, body).await;
             if !answer_now(&tx, reply(step.response)) || step.close {
                 break;
             }
