@@ -418,6 +418,7 @@ struct RawConfig {
     controller_quorum_voters: Option<String>,
     broker_rack: Option<String>,
     metrics_listen: Option<String>,
+    outgoing_bind_address: Option<String>,
     num_partitions: Option<i32>,
     default_replication_factor: Option<i32>,
     min_insync_replicas: Option<i32>,
@@ -514,6 +515,12 @@ pub struct BrokerConfig {
     /// Where Prometheus metrics are served (`GET /metrics`); not a Kafka config.
     /// Default none: disabled (an empty value too).
     pub metrics_listen: Option<HostPort>,
+    /// The source address of every connection this broker opens to other
+    /// brokers and controllers (an IP address; the port is chosen by the OS); not
+    /// a Kafka config. Default none: the OS picks it. The fault harness gives
+    /// each broker a loopback address of its own this way, so that a firewall
+    /// rule can cut the link between two brokers.
+    pub outgoing_bind_address: Option<std::net::IpAddr>,
     /// Partitions of topics created without a count (Kafka's `num.partitions`).
     /// Default 1.
     pub num_partitions: i32,
@@ -971,6 +978,15 @@ impl BrokerConfig {
             Some(s) => Some(HostPort::parse("metrics_listen", s)?),
         };
         let rack = raw.broker_rack.filter(|r| !r.is_empty());
+        let outgoing_bind_address = match raw.outgoing_bind_address.as_deref() {
+            None | Some("") => None,
+            Some(s) => Some(s.parse().map_err(|_| {
+                invalid(
+                    "outgoing_bind_address",
+                    format!("{s:?} is not an IP address (e.g. \"127.0.0.11\")"),
+                )
+            })?),
+        };
 
         let group_min_session_timeout_ms = in_range(
             "group_min_session_timeout_ms",
@@ -1133,6 +1149,7 @@ impl BrokerConfig {
             metadata_snapshot_max_new_records,
             broker_rack: rack,
             metrics_listen,
+            outgoing_bind_address,
             num_partitions,
             default_replication_factor,
             min_insync_replicas,
@@ -1459,6 +1476,7 @@ mod tests {
         assert_eq!(c.broker_session_timeout_ms, 9_000);
         assert_eq!(c.broker_heartbeat_interval_ms, 2_000);
         assert_eq!(c.flush_messages, u64::MAX);
+        assert_eq!(c.outgoing_bind_address, None);
         assert!(!c.unclean_leader_election_enable);
         assert_eq!(c.log_dir, PathBuf::from("data/broker-1"));
         assert_eq!(c.leader_replication_throttled_rate, None);
@@ -1497,6 +1515,10 @@ mod tests {
             ),
             ("segment_bytes = 10", "segment_bytes"),
             ("flush_messages = 0", "flush_messages"),
+            (
+                "outgoing_bind_address = \"127.0.0.1:9\"",
+                "outgoing_bind_address",
+            ),
             ("process_roles = \"broker,toaster\"", "process_roles"),
             ("node_id_x = 3", "node_id_x"),
             ("num_partitions = \"three\"", "num_partitions"),

@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use syncline_broker::{net::Tcp, BrokerConfig};
+use syncline_broker::net::{BoundTcp, Network, Tcp};
+use syncline_broker::BrokerConfig;
 use tracing_subscriber::EnvFilter;
 
 /// The syncline broker.
@@ -110,7 +111,11 @@ fn main() -> ExitCode {
 
 async fn run(config: BrokerConfig) -> ExitCode {
     let node_id = config.node_id;
-    let handle = match syncline_broker::start(config, Arc::new(Tcp)).await {
+    let network: Arc<dyn Network> = match config.outgoing_bind_address {
+        Some(source) => Arc::new(BoundTcp(source)),
+        None => Arc::new(Tcp),
+    };
+    let handle = match syncline_broker::start(config, network).await {
         Ok(h) => h,
         Err(e) => {
             eprintln!("synclined: broker {node_id} cannot start: {e:#}");

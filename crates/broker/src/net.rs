@@ -69,3 +69,58 @@ impl Network for Tcp {
         })
     }
 }
+
+/// Plain TCP whose outgoing connections leave from one source address (the
+/// broker's `outgoing_bind_address`); listeners as [`Tcp`].
+#[derive(Debug, Clone, Copy)]
+pub struct BoundTcp(pub std::net::IpAddr);
+
+impl Network for BoundTcp {
+    fn bind<'a>(&'a self, addr: &'a str) -> BoxFuture<'a, io::Result<Box<dyn Listener>>> {
+        Tcp.bind(addr)
+    }
+
+    fn connect<'a>(&'a self, addr: &'a str) -> BoxFuture<'a, io::Result<BoxStream>> {
+        Box::pin(async move {
+            let mut last = None;
+            for peer in tokio::net::lookup_host(addr).await? {
+                let socket = match peer {
+                    std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+                    std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+                };
+                socket.bind(std::net::SocketAddr::new(self.0, 0))?;
+                match socket.connect(peer).await {
+                    Ok(s) => {
+                        let _ = s.set_nodelay(true);
+                        return Ok(Box::new(s) as BoxStream);
+                    }
+                    Err(e) => last = Some(e),
+                }
+            }
+            Err(last.unwrap_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("{addr} resolves to nothing"),
+                )
+            }))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn bound_tcp_connects_from_its_source_address() {
+        let mut listener = Tcp.bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let source: std::net::IpAddr = "127.0.0.7".parse().unwrap();
+        let network = BoundTcp(source);
+        let connect = network.connect(&addr);
+        let (accepted, connected) = tokio::join!(listener.accept(), connect);
+        connected.unwrap();
+        let (_, peer) = accepted.unwrap();
+        assert!(peer.starts_with("127.0.0.7:"), "peer {peer}");
+    }
+}

@@ -219,7 +219,7 @@ pub async fn wait_full_isr(
     }
 }
 
-async fn full_isr(
+pub async fn full_isr(
     cluster: &Cluster,
     via: i32,
     topic: &str,
@@ -367,7 +367,7 @@ pub async fn wait_logs_identical(
     }
 }
 
-async fn logs_identical(cluster: &Cluster, topic: &str, partition: i32) -> anyhow::Result<i64> {
+pub async fn logs_identical(cluster: &Cluster, topic: &str, partition: i32) -> anyhow::Result<i64> {
     let meta = any_metadata(cluster, topic).await?;
     let p = meta
         .iter()

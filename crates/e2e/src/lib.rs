@@ -117,6 +117,8 @@ where
 #[derive(Debug)]
 pub struct Node {
     pub id: i32,
+    /// The address it listens on (`127.0.0.1`, or one of its own: [`Layout`]).
+    pub host: String,
     pub port: u16,
     pub metrics_port: u16,
     /// Its Kafka wire-protocol listener.
@@ -131,16 +133,16 @@ pub struct Node {
 
 impl Node {
     pub fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("{}:{}", self.host, self.port)
     }
 
     pub fn metrics_addr(&self) -> String {
-        format!("127.0.0.1:{}", self.metrics_port)
+        format!("{}:{}", self.host, self.metrics_port)
     }
 
     /// Its Kafka listener's address.
     pub fn kafka_addr(&self) -> String {
-        format!("127.0.0.1:{}", self.kafka_port)
+        format!("{}:{}", self.host, self.kafka_port)
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -169,6 +171,29 @@ fn stop_process(child: &Child) {
     }
     let flags = WaitPidFlag::WSTOPPED | WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
     while let Err(Errno::EINTR) = waitid(Id::Pid(pid), flags) {}
+}
+
+/// How [`Cluster::configure`] lays a cluster out.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Layout {
+    /// A secure cluster ([`security::enabled`]).
+    pub secure: bool,
+    /// Each broker on a loopback address of its own (`127.a.b.<id>`, a and b
+    /// drawn for this cluster from the process id, so that clusters of
+    /// concurrent tests never share one), its connections to other brokers
+    /// leaving from it (`outgoing_bind_address`), so that a firewall rule can
+    /// cut the link between two brokers.
+    pub own_hosts: bool,
+}
+
+/// The network of a [`Layout::own_hosts`] cluster: `127.a.b.0/24`, a different
+/// one for each cluster of this process and, but for pids 2^20 apart, of any
+/// other process.
+fn own_network() -> String {
+    static CLUSTERS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = CLUSTERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let k = (std::process::id().wrapping_mul(16).wrapping_add(n)) % (200 * 256);
+    format!("127.{}.{}", 20 + k / 256, k % 256)
 }
 
 /// A cluster of broker processes. Brokers `1..=voters` are the controller voters
@@ -206,7 +231,43 @@ impl Cluster {
     }
 
     async fn start_with(n: usize, voters: usize, extra: &str, secure: bool) -> Cluster {
+        let layout = Layout {
+            secure,
+            own_hosts: false,
+        };
+        let mut cluster = Cluster::configure(n, voters, extra, layout);
+        cluster.launch().await;
+        cluster
+    }
+
+    /// Starts every broker of a [`configure`](Self::configure)d cluster and waits
+    /// until every one is registered and unfenced.
+    pub async fn launch(&mut self) {
+        for id in 1..=self.nodes.len() as i32 {
+            self.spawn(id);
+        }
+        self.wait_registered(self.nodes.len(), Duration::from_secs(30))
+            .await;
+    }
+
+    /// Writes the configs of `n` brokers (brokers `1..=voters` the controller
+    /// quorum, `extra` TOML lines in every config) and starts none:
+    /// [`launch`](Self::launch) does.
+    pub fn configure(n: usize, voters: usize, extra: &str, layout: Layout) -> Cluster {
+        let secure = layout.secure;
+        let network = own_network();
+        let host = |id: i32| {
+            if layout.own_hosts {
+                format!("{network}.{id}")
+            } else {
+                "127.0.0.1".to_string()
+            }
+        };
         assert!((1..=n).contains(&voters), "1 to {n} voters");
+        assert!(
+            !(secure && layout.own_hosts),
+            "a secure cluster's certificates name 127.0.0.1 only, not the brokers' own hosts"
+        );
         let dir = tempfile::tempdir().expect("temp dir");
         let security = secure.then(|| security::Security::create(&dir.path().join("secure")));
         let ports: Vec<(u16, u16, u16)> = (0..n)
@@ -226,7 +287,7 @@ impl Cluster {
         let quorum: Vec<String> = internal[..voters]
             .iter()
             .enumerate()
-            .map(|(i, port)| format!("{}@127.0.0.1:{port}", i + 1))
+            .map(|(i, port)| format!("{}@{}:{port}", i + 1, host(i as i32 + 1)))
             .collect();
         let quorum = quorum.join(",");
         let mut nodes = Vec::new();
@@ -238,14 +299,20 @@ impl Cluster {
                 "broker"
             };
             let config = dir.path().join(format!("broker-{id}.toml"));
+            let h = host(id);
+            let bind = if layout.own_hosts {
+                format!("outgoing_bind_address = \"{h}\"\n")
+            } else {
+                String::new()
+            };
             let listeners = match &security {
                 None => format!(
-                    "listeners = \"127.0.0.1:{port}\"\nkafka_listeners = \"127.0.0.1:{kafka_port}\"\n"
+                    "listeners = \"{h}:{port}\"\nkafka_listeners = \"{h}:{kafka_port}\"\n"
                 ),
                 Some(s) => format!(
-                    "listeners = \"CLIENT://127.0.0.1:{port},INTERNAL://127.0.0.1:{}\"\n\
+                    "listeners = \"CLIENT://{h}:{port},INTERNAL://{h}:{}\"\n\
                      inter_broker_listener_name = \"INTERNAL\"\n\
-                     kafka_listeners = \"KAFKA://127.0.0.1:{kafka_port}\"\n\
+                     kafka_listeners = \"KAFKA://{h}:{kafka_port}\"\n\
                      listener_security_protocol_map = \"CLIENT:SASL_SSL,INTERNAL:SSL,KAFKA:SASL_SSL\"\n{}",
                     internal[i],
                     s.broker_tls()
@@ -254,12 +321,13 @@ impl Cluster {
             let text = format!(
                 "node_id = {id}\n{listeners}log_dirs = \"{}\"\n\
                  process_roles = \"{roles}\"\ncontroller_quorum_voters = \"{quorum}\"\n\
-                 metrics_listen = \"127.0.0.1:{metrics_port}\"\n{extra}\n",
+                 metrics_listen = \"{h}:{metrics_port}\"\n{bind}{extra}\n",
                 dir.path().join(format!("data-{id}")).display()
             );
             std::fs::write(&config, text).expect("write config");
             nodes.push(Node {
                 id,
+                host: h,
                 port,
                 metrics_port,
                 kafka_port,
@@ -273,17 +341,12 @@ impl Cluster {
         if let Some(s) = &security {
             security::register(s);
         }
-        let mut cluster = Cluster {
+        Cluster {
             dir,
             nodes,
             voters,
             security,
-        };
-        for id in 1..=n as i32 {
-            cluster.spawn(id);
         }
-        cluster.wait_registered(n, Duration::from_secs(30)).await;
-        cluster
     }
 
     /// The broker whose `syncline_active_controller` metric is 1, if exactly one
@@ -385,6 +448,17 @@ impl Cluster {
         }
     }
 
+    /// SIGTERM, without waiting: the broker shuts down cleanly meanwhile;
+    /// [`stop`](Self::stop) or [`restart`](Self::restart) collects it.
+    pub fn terminate(&mut self, id: i32) {
+        let node = &mut self.nodes[id as usize - 1];
+        if node.paused {
+            node.signal(Signal::SIGCONT);
+            node.paused = false;
+        }
+        node.signal(Signal::SIGTERM);
+    }
+
     /// SIGSTOP: the process freezes (a long GC pause). Returns once it is frozen:
     /// a request sent from then on is not read, let alone answered.
     pub fn pause(&mut self, id: i32) {
@@ -441,7 +515,7 @@ impl Cluster {
 
     /// Broker `id`'s inter-broker listener.
     pub fn internal_addr(&self, id: i32) -> String {
-        format!("127.0.0.1:{}", self.node(id).internal_port)
+        format!("{}:{}", self.node(id).host, self.node(id).internal_port)
     }
 
     /// Sends a request to broker `id`, with a timeout.

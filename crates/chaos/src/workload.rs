@@ -1,0 +1,463 @@
+//! The workload, in the manner of Jepsen's Kafka queue workload: several
+//! producers per partition sending unique values, and consumers reading every
+//! partition *during* the faults, each operation recorded with its outcome.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use syncline_client::{Acks, Connection, ProduceError, Producer, ProducerConfig, ProducerRecord};
+use syncline_proto::pb::{self, request::Body, response::Body as Resp};
+use syncline_proto::ErrorCode;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::history::{HighWatermark, History, Outcome, Poll, Reset, Send};
+
+/// One request's bound: a paused broker accepts connections and never answers.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the workload does.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub topic: String,
+    pub partitions: i32,
+    /// Producers, each sending to every partition.
+    pub producers: usize,
+    /// Consumers, each reading every partition from offset 0.
+    pub consumers: usize,
+    pub acks: Acks,
+    /// The idempotent producer (needs `acks=all`).
+    pub idempotent: bool,
+    /// Pause between two sends of one producer to one partition.
+    pub pace: Duration,
+    /// How long a producer retries one record before giving up.
+    pub delivery_timeout: Duration,
+}
+
+/// The running workload.
+#[derive(Debug)]
+pub struct Workload {
+    producers: Vec<Producer>,
+    stop_sending: Arc<AtomicBool>,
+    senders: Vec<JoinHandle<Vec<Send>>>,
+    readers: Vec<JoinHandle<Reader>>,
+    /// Where every consumer should read up to before it stops (set at the end).
+    read_until: Arc<Mutex<Option<BTreeMap<i32, i64>>>>,
+    stop_reading: Arc<AtomicBool>,
+    acked: Arc<AtomicU64>,
+}
+
+/// What one consumer saw of one partition.
+#[derive(Debug, Default)]
+struct Reader {
+    consumer: usize,
+    partition: i32,
+    polls: Vec<Poll>,
+    /// (polls before it, new position).
+    resets: Vec<(usize, i64)>,
+    high_watermarks: Vec<HighWatermark>,
+}
+
+/// Every broker's client address, by id.
+pub type Brokers = Vec<(i32, String)>;
+
+fn classify(e: &ProduceError) -> Outcome {
+    let text = e.to_string();
+    match e {
+        // Refused before any append: nothing written by this attempt.
+        ProduceError::Broker { code, .. }
+            if !matches!(
+                code,
+                ErrorCode::RequestTimedOut | ErrorCode::NotEnoughReplicasAfterAppend
+            ) =>
+        {
+            Outcome::Failed(text)
+        }
+        ProduceError::RecordTooLarge { .. } | ProduceError::BufferFull { .. } => {
+            Outcome::Failed(text)
+        }
+        _ => Outcome::Unknown(text),
+    }
+}
+
+impl Workload {
+    /// Starts the producers and consumers against `brokers`.
+    pub fn start(brokers: &Brokers, spec: &Spec, epoch: Instant) -> anyhow::Result<Workload> {
+        let bootstrap = brokers
+            .iter()
+            .map(|(_, a)| a.clone())
+            .collect::<Vec<_>>()
+            .join(",");
+        let stop_sending = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(AtomicU64::new(0));
+        let mut producers = Vec::new();
+        let mut senders = Vec::new();
+        for producer_no in 0..spec.producers {
+            let mut config = ProducerConfig::new(&bootstrap);
+            config.acks = spec.acks;
+            config.linger_ms = 0;
+            config.client.client_id = format!("chaos-producer-{producer_no}");
+            config.client.request_timeout_ms = 5_000;
+            config.client.retry_backoff_max_ms = 500;
+            config.delivery_timeout_ms = spec.delivery_timeout.as_millis() as u64;
+            config.enable_idempotence = Some(spec.idempotent);
+            let producer = Producer::new(config)?;
+            for p in 0..spec.partitions {
+                let (producer, stop, acked, topic, pace) = (
+                    producer.clone(),
+                    stop_sending.clone(),
+                    acked.clone(),
+                    spec.topic.clone(),
+                    spec.pace,
+                );
+                senders.push(tokio::spawn(async move {
+                    send_loop(producer, producer_no, topic, p, pace, stop, acked, epoch).await
+                }));
+            }
+            producers.push(producer);
+        }
+        let read_until = Arc::new(Mutex::new(None));
+        let stop_reading = Arc::new(AtomicBool::new(false));
+        let mut readers = Vec::new();
+        for consumer in 0..spec.consumers {
+            for p in 0..spec.partitions {
+                let (brokers, topic, until, stop) = (
+                    brokers.clone(),
+                    spec.topic.clone(),
+                    read_until.clone(),
+                    stop_reading.clone(),
+                );
+                readers.push(tokio::spawn(async move {
+                    read_loop(brokers, topic, p, consumer, until, stop).await
+                }));
+            }
+        }
+        Ok(Workload {
+            producers,
+            stop_sending,
+            senders,
+            readers,
+            read_until,
+            stop_reading,
+            acked,
+        })
+    }
+
+    /// Acknowledged sends so far.
+    pub fn acked(&self) -> u64 {
+        self.acked.load(Ordering::Acquire)
+    }
+
+    /// Waits until `n` more sends than now are acknowledged.
+    pub async fn wait_acked(&self, n: u64, timeout: Duration) -> Result<Duration, String> {
+        let (from, start) = (self.acked(), Instant::now());
+        while self.acked() < from + n {
+            if start.elapsed() > timeout {
+                return Err(format!(
+                    "{} of {n} more acknowledgements within {timeout:?}",
+                    self.acked() - from
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(start.elapsed())
+    }
+
+    /// Stops sending and waits for every send in flight (bounded by the
+    /// delivery timeout): every send with its outcome.
+    pub async fn stop_producers(&mut self, bound: Duration) -> Vec<Send> {
+        self.stop_sending.store(true, Ordering::Release);
+        let mut sends = Vec::new();
+        for s in self.senders.drain(..) {
+            // A sender stuck past its delivery timeout: its sends are lost to
+            // the history (the verdict counts fewer sends).
+            if let Ok(Ok(mut v)) = tokio::time::timeout(bound, s).await {
+                sends.append(&mut v);
+            }
+        }
+        for p in self.producers.drain(..) {
+            let _ = tokio::time::timeout(bound, p.close()).await;
+        }
+        sends.sort_by_key(|s| s.at);
+        sends
+    }
+
+    /// Lets the consumers read up to `ends` (each partition's final high
+    /// watermark), for at most `bound`, and returns what they read.
+    pub async fn finish_consumers(
+        self,
+        ends: BTreeMap<i32, i64>,
+        bound: Duration,
+        sends: Vec<Send>,
+    ) -> History {
+        *self.read_until.lock().expect("read_until") = Some(ends);
+        let deadline = Instant::now() + bound;
+        let mut history = History {
+            sends,
+            ..History::default()
+        };
+        let mut readers = Vec::new();
+        for r in self.readers {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let reader = match tokio::time::timeout(left, r).await {
+                Ok(Ok(reader)) => reader,
+                Ok(Err(e)) => panic!("a consumer task failed: {e}"),
+                Err(_) => {
+                    // Past the bound: ask the rest to stop where they are.
+                    self.stop_reading.store(true, Ordering::Release);
+                    continue;
+                }
+            };
+            readers.push(reader);
+        }
+        // Per consumer, polls in its order (partitions apart: the checker
+        // judges each consumer's partitions separately).
+        readers.sort_by_key(|r| r.consumer);
+        for r in readers {
+            let base = history
+                .polls
+                .iter()
+                .filter(|p| p.consumer == r.consumer)
+                .count();
+            for (after, to) in r.resets {
+                history.resets.push(Reset {
+                    consumer: r.consumer,
+                    partition: r.partition,
+                    after_polls: base + after,
+                    to,
+                });
+            }
+            history.polls.extend(r.polls);
+            history.high_watermarks.extend(r.high_watermarks);
+        }
+        history
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn send_loop(
+    producer: Producer,
+    producer_no: usize,
+    topic: String,
+    partition: i32,
+    pace: Duration,
+    stop: Arc<AtomicBool>,
+    acked: Arc<AtomicU64>,
+    epoch: Instant,
+) -> Vec<Send> {
+    let mut sends = Vec::new();
+    let mut window = std::collections::VecDeque::new();
+    let mut seq = 0u64;
+    let settle = |value: String,
+                  at: Duration,
+                  queued: Result<syncline_client::DeliveryFuture, ProduceError>| {
+        let acked = acked.clone();
+        async move {
+            let result = match queued {
+                Ok(delivery) => delivery.await,
+                Err(e) => Err(e),
+            };
+            let outcome = match result {
+                Ok(meta) => {
+                    acked.fetch_add(1, Ordering::AcqRel);
+                    Outcome::Ok {
+                        offset: meta.offset,
+                        acked_isr: meta.acked_isr,
+                    }
+                }
+                Err(e) => classify(&e),
+            };
+            Send {
+                producer: producer_no,
+                partition,
+                value,
+                at,
+                outcome,
+            }
+        }
+    };
+    while !stop.load(Ordering::Acquire) {
+        let value = format!("{producer_no}-{partition}-{seq}");
+        seq += 1;
+        let at = epoch.elapsed();
+        let record = ProducerRecord::new(topic.clone(), value.clone()).with_partition(partition);
+        window.push_back((value, at, producer.enqueue(record).await));
+        if window.len() >= 5 {
+            let (value, at, queued) = window.pop_front().expect("full window");
+            sends.push(settle(value, at, queued).await);
+        }
+        tokio::time::sleep(pace).await;
+    }
+    for (value, at, queued) in window {
+        sends.push(settle(value, at, queued).await);
+    }
+    sends
+}
+
+/// The leader of `topic`-`partition` and its epoch, as any broker knows it.
+pub async fn leader_of(brokers: &Brokers, topic: &str, partition: i32) -> Option<(i32, i32)> {
+    for (_, addr) in brokers {
+        let Ok(conn) = Connection::connect(addr, "chaos-metadata", REQUEST_TIMEOUT).await else {
+            continue;
+        };
+        let body = Body::Metadata(pb::MetadataRequest {
+            topics: vec![topic.into()],
+            ..Default::default()
+        });
+        let Ok(Ok(Resp::Metadata(m))) =
+            tokio::time::timeout(REQUEST_TIMEOUT, conn.send(body)).await
+        else {
+            continue;
+        };
+        let found = m
+            .topics
+            .iter()
+            .filter(|t| t.name == topic)
+            .flat_map(|t| &t.partitions)
+            .find(|p| p.partition == partition && p.leader_id > 0)
+            .map(|p| (p.leader_id, p.leader_epoch));
+        if found.is_some() {
+            return found;
+        }
+    }
+    None
+}
+
+/// One fetch as a consumer at `offset`, fenced by `epoch`: (records, high
+/// watermark), or the error code.
+pub async fn fetch(
+    conn: &Connection,
+    topic: &str,
+    partition: i32,
+    epoch: i32,
+    offset: i64,
+    max_wait_ms: i32,
+) -> anyhow::Result<Result<(Vec<(i64, String)>, i64), ErrorCode>> {
+    let body = Body::Fetch(pb::FetchRequest {
+        replica_id: -1,
+        replica_epoch: -1,
+        max_wait_ms,
+        min_bytes: 1,
+        max_bytes: 1 << 20,
+        session_epoch: -1,
+        topics: vec![pb::FetchTopic {
+            topic: topic.into(),
+            partitions: vec![pb::FetchPartition {
+                partition,
+                current_leader_epoch: Some(epoch),
+                fetch_offset: offset,
+                partition_max_bytes: 1 << 20,
+                ..Default::default()
+            }],
+        }],
+        ..Default::default()
+    });
+    let wait = REQUEST_TIMEOUT + Duration::from_millis(max_wait_ms.max(0) as u64);
+    let Resp::Fetch(r) = tokio::time::timeout(wait, conn.send(body)).await?? else {
+        anyhow::bail!("unexpected fetch response");
+    };
+    let p = r
+        .responses
+        .into_iter()
+        .flat_map(|t| t.partitions)
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("empty fetch response"))?;
+    let code = ErrorCode::from_wire(p.error_code);
+    if code != ErrorCode::None {
+        return Ok(Err(code));
+    }
+    let mut records = Vec::new();
+    for b in syncline_proto::batch::split(&p.records) {
+        let (_, bytes) = b?;
+        for r in syncline_proto::batch::records(bytes)?.iter() {
+            let r = r?;
+            if r.offset >= offset {
+                let value = r.view.value.unwrap_or_default();
+                records.push((r.offset, String::from_utf8_lossy(value).into_owned()));
+            }
+        }
+    }
+    Ok(Ok((records, p.high_watermark)))
+}
+
+async fn read_loop(
+    brokers: Brokers,
+    topic: String,
+    partition: i32,
+    consumer: usize,
+    until: Arc<Mutex<Option<BTreeMap<i32, i64>>>>,
+    stop: Arc<AtomicBool>,
+) -> Reader {
+    let mut reader = Reader {
+        consumer,
+        partition,
+        ..Reader::default()
+    };
+    let mut position = 0i64;
+    let mut conn: Option<(Connection, i32, i32)> = None;
+    loop {
+        let target = until
+            .lock()
+            .expect("read_until")
+            .as_ref()
+            .map(|m| m.get(&partition).copied().unwrap_or(0));
+        if target.is_some_and(|t| position >= t) || stop.load(Ordering::Acquire) {
+            return reader;
+        }
+        if conn.as_ref().is_none_or(|(c, _, _)| c.is_closed()) {
+            conn = None;
+            if let Some((leader, epoch)) = leader_of(&brokers, &topic, partition).await {
+                if let Some((_, addr)) = brokers.iter().find(|(id, _)| *id == leader) {
+                    if let Ok(c) =
+                        Connection::connect(addr, "chaos-consumer", REQUEST_TIMEOUT).await
+                    {
+                        conn = Some((c, leader, epoch));
+                    }
+                }
+            }
+            if conn.is_none() {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        }
+        let Some((c, leader, epoch)) = conn.as_ref() else {
+            continue;
+        };
+        match fetch(c, &topic, partition, *epoch, position, 200).await {
+            Ok(Ok((records, hw))) => {
+                reader.high_watermarks.push(HighWatermark {
+                    consumer,
+                    partition,
+                    broker: *leader,
+                    leader_epoch: *epoch,
+                    value: hw,
+                });
+                for (offset, value) in records {
+                    reader.polls.push(Poll {
+                        consumer,
+                        partition,
+                        offset,
+                        value,
+                    });
+                    position = offset + 1;
+                }
+            }
+            Ok(Err(ErrorCode::OffsetOutOfRange)) => {
+                // The log is shorter than the position (a truncation below what
+                // this consumer read): start again from its end, as a consumer
+                // with auto.offset.reset=earliest would from the start; the
+                // checker sees the reset and judges the re-read records.
+                reader.resets.push((reader.polls.len(), 0));
+                position = 0;
+                conn = None;
+            }
+            // A leader change or a lost connection: ask for the leader again.
+            _ => {
+                conn = None;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
