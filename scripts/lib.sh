@@ -364,16 +364,42 @@ EOF
 # KAFKA_VENV=target/kafka-clients (relative to the working directory: the
 # repository root), installed when missing (python3-venv from apt first if
 # python3 cannot make a venv). Sets KAFKA_VENV and KAFKA_PY_PACKAGES.
+# apt_install WHY PKG...: installs the Debian packages among PKG... that are
+# not installed (as root, or with sudo), saying WHY; dies naming them when
+# there is no apt-get.
+apt_install() {
+    local why=$1 missing=() pkg
+    shift
+    for pkg in "$@"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
+            missing+=("$pkg")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    command -v apt-get >/dev/null 2>&1 ||
+        die "missing packages (${missing[*]}, $why) and no apt-get to install them"
+    local sudo_if_needed=""
+    [ "$(id -u)" = 0 ] || sudo_if_needed="sudo"
+    echo "==> installing ${missing[*]} ($why)"
+    $sudo_if_needed apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_if_needed apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+# ensure_fault_tools: the packages the fault harness's root-only faults use
+# (nftables for network faults; e2fsprogs and util-linux for power loss on
+# loop devices; python3 for the filesystem shutdown ioctl), when root.
+ensure_fault_tools() {
+    [ "$(id -u)" = 0 ] || return 0
+    apt_install "the fault harness's network and power faults" \
+        nftables e2fsprogs util-linux mount python3
+}
+
 ensure_kafka_clients() {
     KAFKA_VENV=target/kafka-clients
     KAFKA_PY_PACKAGES="confluent-kafka==2.16.1 kafka-python==3.0.12"
     if ! "$KAFKA_VENV/bin/python" -c "import confluent_kafka, kafka" >/dev/null 2>&1; then
         echo "==> installing Kafka's Python clients into $KAFKA_VENV ($KAFKA_PY_PACKAGES)"
         if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c "import ensurepip" >/dev/null 2>&1; then
-            local sudo_if_needed=""
-            [ "$(id -u)" = 0 ] || sudo_if_needed="sudo"
-            $sudo_if_needed apt-get update -qq
-            DEBIAN_FRONTEND=noninteractive $sudo_if_needed apt-get install -y -qq python3 python3-venv >/dev/null
+            apt_install "Kafka's Python clients' venv" python3 python3-venv
         fi
         rm -rf "$KAFKA_VENV"
         python3 -m venv "$KAFKA_VENV"

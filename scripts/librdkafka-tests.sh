@@ -53,19 +53,8 @@ stamp_text() {
 
 # Installs the Debian packages of the build that are missing.
 install_build_packages() {
-    local wanted=(gcc g++ make python3 pkg-config zlib1g-dev libzstd-dev) missing=() pkg
-    for pkg in "${wanted[@]}"; do
-        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
-            missing+=("$pkg")
-    done
-    [ ${#missing[@]} -eq 0 ] && return 0
-    command -v apt-get >/dev/null 2>&1 ||
-        die "missing build packages (${missing[*]}) and no apt-get to install them"
-    local sudo_if_needed=""
-    [ "$(id -u)" = 0 ] || sudo_if_needed="sudo"
-    echo "==> installing build packages: ${missing[*]}"
-    $sudo_if_needed apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo_if_needed apt-get install -y -qq "${missing[@]}" >/dev/null
+    apt_install "to build librdkafka's test suite" \
+        gcc g++ make python3 pkg-config zlib1g-dev libzstd-dev
 }
 
 # Copies librdkafka's source out of the rdkafka-sys crate into $SRC.

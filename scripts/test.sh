@@ -1,28 +1,27 @@
 #!/usr/bin/env bash
 # Runs the whole test suite (what CI runs). Needs the Rust toolchain, and
-# installs kcat (apt), Kafka's Python clients (a venv under target/) and
-# librdkafka's test suite (built from the rdkafka-sys crate's source, with
-# Debian's compilers) when missing: the end-to-end tests start the real
-# binaries, built here first, and the Kafka listener's run Kafka's clients and
-# test suites against them.
+# installs kcat and, as root, the fault harness's tools (apt), Kafka's Python
+# clients (a venv under target/) and librdkafka's test suite (built from the
+# rdkafka-sys crate's source, with Debian's compilers) when missing: the
+# end-to-end tests start the real binaries, built here first, and the Kafka
+# listener's run Kafka's clients and test suites against them.
 #   scripts/test.sh            all tests
 #   scripts/test.sh FILTER...  extra arguments go to the test runner
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+
 # The Kafka listener's tests run Kafka's own command-line client against it.
-if ! command -v kcat >/dev/null 2>&1; then
-    echo "==> installing kcat (Debian's package; the Kafka listener's tests use it)"
-    sudo_if_needed=""
-    [ "$(id -u)" = 0 ] || sudo_if_needed="sudo"
-    $sudo_if_needed apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo_if_needed apt-get install -y -qq kcat >/dev/null
-fi
+command -v kcat >/dev/null 2>&1 ||
+    apt_install "Debian's kcat: the Kafka listener's tests use it" kcat
+# The fault harness's bounded runs cut links with nftables and power with
+# loop devices (as root; without root those faults are skipped and named).
+ensure_fault_tools
 
 # And Kafka's Python clients (confluent-kafka bundles librdkafka; kafka-python
 # is pure Python), in a venv of their own under target/.
-# shellcheck source=scripts/lib.sh
-. scripts/lib.sh
 ensure_kafka_clients
 export SYNCLINE_KAFKA_PYTHON="$PWD/$KAFKA_VENV/bin/python"
 # kafka-python's own integration tests (its sdist) and pytest, into that venv.
