@@ -169,8 +169,8 @@ pub fn check(history: &History, after: &Final, promise: Promise) -> Verdict {
                     None => v.violate(
                         Kind::LostWrite,
                         format!(
-                            "{} acknowledged at {}:{offset} (ISR {acked_isr:?}, {:?} into the \
-                             run) is not in the log",
+                            "{} acknowledged at {}:{offset} (ISR {acked_isr:?}, sent {:?} after \
+                             the workload started) is not in the log",
                             s.value, s.partition, s.at
                         ),
                     ),

@@ -10,4 +10,5 @@ pub mod nemesis;
 pub mod net;
 pub mod power;
 pub mod run;
+pub mod scenarios;
 pub mod workload;

@@ -1,14 +1,16 @@
-//! `syncline-chaos`: runs the fault harness once and prints its report.
-//! Exit status 0 when every promise of the chosen settings held, 1 when the
-//! checker found a violation, 2 for bad arguments, 3 when the run itself could
-//! not be carried out.
+//! `syncline-chaos`: runs the fault harness and prints its report. Exit status
+//! 0 when every promise of the chosen settings held in every run (with
+//! `--scenario`: when the scenario's outcome is the expected one), 1 when not,
+//! 2 for bad arguments, 3 when a run itself could not be carried out.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
 use syncline_chaos::nemesis::{parse_faults, FaultKind};
-use syncline_chaos::run::{run, Options, Settings};
+use syncline_chaos::run::Settings;
+use syncline_chaos::run::{run, Options};
+use syncline_chaos::scenarios::{run_scenario, NAMES};
 
 /// Runs a cluster of real synclined processes under a workload and a nemesis
 /// of overlapping faults, heals it, and checks every operation's history.
@@ -41,6 +43,19 @@ struct Args {
     /// Print each fault as it starts and ends.
     #[arg(long, short)]
     verbose: bool,
+    /// Fsync every append (flush.messages=1): each, never (the default flush
+    /// policy), or auto (each with safe settings when power loss is among the
+    /// faults).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "each", "never"])]
+    flush: String,
+    /// Runs, each with the next seed; a summary of all of them at the end.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    runs: u32,
+    /// Run a named scenario instead of a random schedule: jepsen-2013,
+    /// last-replica-standing, kip-101, zombie-controller, power-loss. Its
+    /// outcome under --settings is asserted (unsafe: the loss is expected).
+    #[arg(long, conflicts_with_all = ["seed", "duration", "faults", "runs", "flush"])]
+    scenario: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -61,19 +76,6 @@ fn main() -> ExitCode {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
     });
-    let options = Options {
-        settings: args.settings,
-        seed,
-        duration: Duration::from_secs(args.duration),
-        faults,
-        brokers: args.brokers as usize,
-        partitions: args.partitions,
-        verbose: args.verbose,
-    };
-    println!(
-        "syncline-chaos: settings {}, seed {seed} (--seed {seed} replays the schedule)",
-        options.settings
-    );
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -81,30 +83,148 @@ fn main() -> ExitCode {
             return ExitCode::from(3);
         }
     };
-    let outcome = runtime.block_on(async {
-        tokio::select! {
-            r = run(options) => Some(r),
-            _ = shutdown() => None,
+    if let Some(name) = args.scenario {
+        if !NAMES.contains(&name.as_str()) {
+            eprintln!(
+                "syncline-chaos: unknown scenario {name:?}: choose from {}",
+                NAMES.join(", ")
+            );
+            return ExitCode::from(2);
         }
-    });
-    match outcome {
-        None => {
-            eprintln!("syncline-chaos: interrupted; the cluster, its rules and disks are removed");
-            ExitCode::from(3)
-        }
-        Some(Err(e)) => {
-            eprintln!("syncline-chaos: the run could not be carried out: {e:#}");
-            ExitCode::from(3)
-        }
-        Some(Ok(report)) => {
-            print!("{report}");
-            if report.valid() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
+        let outcome = runtime.block_on(interruptible(run_scenario(&name, args.settings)));
+        return match outcome {
+            None => interrupted(),
+            Some(Err(e)) => cannot(&e),
+            Some(Ok(report)) => {
+                print!("{report}");
+                if report.as_expected() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(1)
+                }
+            }
+        };
+    }
+    let mut totals = Totals::default();
+    for n in 0..u64::from(args.runs) {
+        let seed = seed.wrapping_add(n);
+        let options = Options {
+            settings: args.settings,
+            seed,
+            duration: Duration::from_secs(args.duration),
+            faults: faults.clone(),
+            brokers: args.brokers as usize,
+            partitions: args.partitions,
+            verbose: args.verbose,
+            flush_each: match args.flush.as_str() {
+                "each" => Some(true),
+                "never" => Some(false),
+                _ => None,
+            },
+        };
+        println!(
+            "syncline-chaos: run {} of {}: settings {}, seed {seed} (--seed {seed} replays the \
+             schedule)",
+            n + 1,
+            args.runs,
+            options.settings
+        );
+        match runtime.block_on(interruptible(run(options))) {
+            None => return interrupted(),
+            Some(Err(e)) => return cannot(&e),
+            Some(Ok(report)) => {
+                print!("{report}");
+                totals.add(&report);
             }
         }
     }
+    if args.runs > 1 {
+        print!("{totals}");
+    }
+    if totals.invalid == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// Figures summed over runs.
+#[derive(Debug, Default)]
+struct Totals {
+    runs: usize,
+    invalid: usize,
+    faults: usize,
+    sends: usize,
+    acked: usize,
+    violations: std::collections::BTreeMap<String, usize>,
+    runs_with: std::collections::BTreeMap<String, usize>,
+    slowest_heal: Duration,
+    unhealed: usize,
+}
+
+impl Totals {
+    fn add(&mut self, r: &syncline_chaos::run::Report) {
+        self.runs += 1;
+        self.invalid += usize::from(!r.valid());
+        self.faults += r
+            .timeline
+            .iter()
+            .filter(|t| {
+                t.split_whitespace()
+                    .nth(1)
+                    .is_some_and(|w| w.starts_with('+'))
+            })
+            .count();
+        self.sends += r.verdict.sends;
+        self.acked += r.verdict.acked;
+        for (k, n) in r.verdict.counts() {
+            *self.violations.entry(k.to_string()).or_default() += n;
+            *self.runs_with.entry(k.to_string()).or_default() += 1;
+        }
+        match r.healed {
+            Ok(d) => self.slowest_heal = self.slowest_heal.max(d),
+            Err(_) => self.unhealed += 1,
+        }
+    }
+}
+
+impl std::fmt::Display for Totals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "totals: {} runs, {} valid, {} invalid; {} faults; {} sends, {} acknowledged; \
+             slowest heal {:.1} s, {} not healed within 30 s",
+            self.runs,
+            self.runs - self.invalid,
+            self.invalid,
+            self.faults,
+            self.sends,
+            self.acked,
+            self.slowest_heal.as_secs_f64(),
+            self.unhealed
+        )?;
+        for (k, n) in &self.violations {
+            writeln!(f, "totals: {k}: {n} in {} runs", self.runs_with[k])?;
+        }
+        Ok(())
+    }
+}
+
+async fn interruptible<T>(f: impl std::future::Future<Output = T>) -> Option<T> {
+    tokio::select! {
+        r = f => Some(r),
+        _ = shutdown() => None,
+    }
+}
+
+fn interrupted() -> ExitCode {
+    eprintln!("syncline-chaos: interrupted; the cluster, its rules and disks are removed");
+    ExitCode::from(3)
+}
+
+fn cannot(e: &anyhow::Error) -> ExitCode {
+    eprintln!("syncline-chaos: the run could not be carried out: {e:#}");
+    ExitCode::from(3)
 }
 
 async fn shutdown() {

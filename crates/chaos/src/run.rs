@@ -64,11 +64,14 @@ pub struct Options {
     pub partitions: i32,
     /// Print each fault as it starts and ends.
     pub verbose: bool,
+    /// `flush.messages=1` on every broker; `None`: when the settings are safe
+    /// and power can be lost.
+    pub flush_each: Option<bool>,
 }
 
 /// How long after healing the cluster has to be whole again (I9).
 pub const HEAL_BOUND: Duration = Duration::from_secs(30);
-const TOPIC: &str = "chaos";
+pub const TOPIC: &str = "chaos";
 
 /// What a run did and what the checker found.
 #[derive(Debug)]
@@ -97,9 +100,14 @@ impl fmt::Display for Report {
         let names: Vec<&str> = o.faults.iter().map(|k| k.name()).collect();
         writeln!(
             f,
-            "syncline-chaos: settings {}, seed {}, {} s of faults, {} brokers, {} partitions, \
+            "syncline-chaos: settings {}{}, seed {}, {} s of faults, {} brokers, {} partitions, \
              faults {}",
             o.settings,
+            match o.flush_each {
+                Some(true) => " with flush.messages=1",
+                Some(false) => " with the default flush",
+                None => "",
+            },
             o.seed,
             o.duration.as_secs(),
             o.brokers,
@@ -168,21 +176,64 @@ impl fmt::Display for Report {
     }
 }
 
-/// The brokers' settings for `settings` (TOML lines of every config).
-fn broker_settings(settings: Settings, power: bool) -> String {
-    let mut extra = FAST_TIMERS.to_string();
-    match settings {
-        Settings::Safe => {
-            extra.push_str("min_insync_replicas = 2\n");
-            if power {
-                extra.push_str("flush_messages = 1\n");
-            }
-        }
-        Settings::Unsafe => {
-            extra.push_str("min_insync_replicas = 1\nunclean_leader_election_enable = true\n");
+/// A cluster and workload's settings.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    pub brokers: usize,
+    pub partitions: i32,
+    pub replication_factor: usize,
+    pub min_isr: i32,
+    pub acks: Acks,
+    pub idempotent: bool,
+    pub unclean: bool,
+    /// `flush.messages=1`: every append fsynced before it counts.
+    pub flush_each: bool,
+    /// Brokers on addresses of their own behind the harness's firewall.
+    pub network: bool,
+    /// Data directories on disks whose power can be cut.
+    pub power: bool,
+}
+
+impl Setup {
+    /// What `settings` mean for a cluster of `brokers`.
+    pub fn new(settings: Settings, brokers: usize, partitions: i32) -> Setup {
+        let safe = settings == Settings::Safe;
+        Setup {
+            brokers,
+            partitions,
+            replication_factor: brokers.min(3),
+            min_isr: if safe { 2 } else { 1 },
+            acks: if safe { Acks::All } else { Acks::Leader },
+            idempotent: safe,
+            unclean: !safe,
+            flush_each: false,
+            network: false,
+            power: false,
         }
     }
-    extra
+
+    /// The brokers' settings (TOML lines of every config).
+    fn broker_toml(&self) -> String {
+        let mut extra = FAST_TIMERS.to_string();
+        extra.push_str(&format!(
+            "min_insync_replicas = {}
+",
+            self.min_isr
+        ));
+        if self.unclean {
+            extra.push_str(
+                "unclean_leader_election_enable = true
+",
+            );
+        }
+        if self.flush_each {
+            extra.push_str(
+                "flush_messages = 1
+",
+            );
+        }
+        extra
+    }
 }
 
 /// The cluster, its disks and its firewall, torn down in that order.
@@ -217,14 +268,8 @@ impl Rig {
     /// Starts `brokers` brokers on their own loopback addresses, each data
     /// directory on a disk of its own when `power` (root), and creates the
     /// topic.
-    pub async fn start(
-        brokers: usize,
-        partitions: i32,
-        extra: &str,
-        min_isr: i32,
-        network: bool,
-        power: bool,
-    ) -> anyhow::Result<Rig> {
+    pub async fn start(setup: &Setup) -> anyhow::Result<Rig> {
+        let (brokers, network, power) = (setup.brokers, setup.network, setup.power);
         crate::net::remove_stale();
         crate::power::remove_stale(&std::env::temp_dir().join(IMAGE_PREFIX));
         let voters = brokers.min(3);
@@ -232,7 +277,7 @@ impl Rig {
             secure: false,
             own_hosts: true,
         };
-        let mut cluster = Cluster::configure(brokers, voters, extra, layout);
+        let mut cluster = Cluster::configure(brokers, voters, &setup.broker_toml(), layout);
         let firewall = if network {
             let hosts = cluster
                 .nodes
@@ -263,18 +308,18 @@ impl Rig {
             _images: images,
             brokers: brokers_list,
         };
-        let rf = rig.cluster.nodes.len().min(3).to_string();
+        let rf = setup.replication_factor.to_string();
         let out = rig.cluster.cli(
             &[
                 "topic",
                 "create",
                 TOPIC,
                 "--partitions",
-                &partitions.to_string(),
+                &setup.partitions.to_string(),
                 "--replication-factor",
                 &rf,
                 "--config",
-                &format!("min.insync.replicas={min_isr}"),
+                &format!("min.insync.replicas={}", setup.min_isr),
             ],
             None,
         );
@@ -380,7 +425,7 @@ async fn resolve(rig: &Rig, target: Target, partitions: i32) -> (i32, String) {
 }
 
 /// The replicas of a partition and who leads it, as a broker knows it.
-async fn replicas_of(rig: &Rig, partition: i32) -> Option<(i32, Vec<i32>)> {
+pub async fn replicas_of(rig: &Rig, partition: i32) -> Option<(i32, Vec<i32>)> {
     for node in &rig.cluster.nodes {
         if let Ok(meta) = syncline_e2e::checks::topic_metadata(&rig.cluster, node.id, TOPIC).await {
             if let Some(p) = meta.iter().find(|p| p.partition == partition) {
@@ -592,6 +637,117 @@ pub fn available(faults: &[FaultKind]) -> (Vec<FaultKind>, Vec<String>) {
     (kept, skipped)
 }
 
+/// A running cluster, its workload and its leader watch, from the start of
+/// the workload to the verdict.
+pub struct Session {
+    pub rig: Rig,
+    pub workload: Workload,
+    watch: LeaderWatch,
+    spec: Spec,
+    pub setup: Setup,
+    pub epoch: Instant,
+}
+
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session")
+            .field("setup", &self.setup)
+            .finish()
+    }
+}
+
+impl Session {
+    /// Starts the cluster and the workload, and waits for the first
+    /// acknowledgements.
+    pub async fn start(setup: Setup) -> anyhow::Result<Session> {
+        let rig = Rig::start(&setup).await?;
+        Session::on(rig, setup).await
+    }
+
+    /// Starts the workload on a rig started already.
+    pub async fn on(rig: Rig, setup: Setup) -> anyhow::Result<Session> {
+        let watch = LeaderWatch::start(&rig.cluster, TOPIC);
+        let epoch = Instant::now();
+        let spec = Spec {
+            topic: TOPIC.into(),
+            partitions: setup.partitions,
+            producers: 2,
+            consumers: 2,
+            acks: setup.acks,
+            idempotent: setup.idempotent,
+            pace: Duration::from_millis(20),
+            delivery_timeout: Duration::from_secs(60),
+        };
+        let workload = Workload::start(&rig.brokers, &spec, epoch)?;
+        workload
+            .wait_acked(20, Duration::from_secs(30))
+            .await
+            .map_err(|e| anyhow::anyhow!("the workload did not start: {e}"))?;
+        Ok(Session {
+            rig,
+            workload,
+            watch,
+            spec,
+            setup,
+            epoch,
+        })
+    }
+
+    /// After every fault has ended: waits for healing (bounded), stops the
+    /// workload, reads the final state and judges the history.
+    pub async fn finish(mut self) -> anyhow::Result<(Verdict, Result<Duration, String>)> {
+        let healing = Instant::now();
+        let healed = match self.rig.wait_whole(HEAL_BOUND).await {
+            Ok(_) => self
+                .workload
+                .wait_acked(20, HEAL_BOUND.saturating_sub(healing.elapsed()))
+                .await
+                .map(|_| healing.elapsed()),
+            Err(e) => Err(format!("{e:#}")),
+        };
+        let sends = self
+            .workload
+            .stop_producers(self.spec.delivery_timeout + Duration::from_secs(10))
+            .await;
+        let rig = &self.rig;
+        let _ = rig.wait_whole(Duration::from_secs(60)).await;
+        let mut logs = BTreeMap::new();
+        let mut ends = BTreeMap::new();
+        for p in 0..self.setup.partitions {
+            let log = rig.read_partition(p, Duration::from_secs(30)).await?;
+            ends.insert(p, log.last().map_or(0, |(o, _)| o + 1));
+            logs.insert(p, log);
+        }
+        let history: History = self
+            .workload
+            .finish_consumers(ends, Duration::from_secs(30), sends)
+            .await;
+        let mut replicas = BTreeMap::new();
+        for p in 0..self.setup.partitions {
+            let start = Instant::now();
+            let r = loop {
+                match logs_identical(&rig.cluster, TOPIC, p).await {
+                    Ok(_) => break Ok(()),
+                    Err(e) if start.elapsed() > HEAL_BOUND => break Err(format!("{e:#}")),
+                    Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                }
+            };
+            replicas.insert(p, r);
+        }
+        let leadership = self.watch.finish().await.violations;
+        let after = Final {
+            logs,
+            replicas,
+            healed: healed.clone(),
+            leadership,
+        };
+        let promise = Promise {
+            min_isr: self.setup.min_isr as usize,
+        };
+        Ok((check(&history, &after, promise), healed))
+    }
+}
+
 /// Runs the harness once.
 pub async fn run(options: Options) -> anyhow::Result<Report> {
     anyhow::ensure!(
@@ -599,42 +755,15 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         "--brokers must be 3 or 5"
     );
     let (faults, skipped) = available(&options.faults);
-    let network = faults.iter().any(|k| k.is_network());
-    let power = faults.contains(&FaultKind::PowerLoss);
-    let min_isr = match options.settings {
-        Settings::Safe => 2,
-        Settings::Unsafe => 1,
-    };
-    let extra = broker_settings(options.settings, power);
-    let mut rig = Rig::start(
-        options.brokers,
-        options.partitions,
-        &extra,
-        min_isr,
-        network,
-        power,
-    )
-    .await?;
-    let watch = LeaderWatch::start(&rig.cluster, TOPIC);
-    let epoch = Instant::now();
-    let spec = Spec {
-        topic: TOPIC.into(),
-        partitions: options.partitions,
-        producers: 2,
-        consumers: 2,
-        acks: match options.settings {
-            Settings::Safe => Acks::All,
-            Settings::Unsafe => Acks::Leader,
-        },
-        idempotent: options.settings == Settings::Safe,
-        pace: Duration::from_millis(20),
-        delivery_timeout: Duration::from_secs(60),
-    };
-    let mut workload = Workload::start(&rig.brokers, &spec, epoch)?;
-    workload
-        .wait_acked(20, Duration::from_secs(30))
-        .await
-        .map_err(|e| anyhow::anyhow!("the workload did not start: {e}"))?;
+    let mut setup = Setup::new(options.settings, options.brokers, options.partitions);
+    setup.network = faults.iter().any(|k| k.is_network());
+    setup.power = faults.contains(&FaultKind::PowerLoss);
+    // Safe settings survive power loss of every replica only with every
+    // append fsynced.
+    setup.flush_each = options
+        .flush_each
+        .unwrap_or(setup.power && options.settings == Settings::Safe);
+    let mut session = Session::start(setup).await?;
 
     let plan = schedule(options.seed, options.duration, &faults);
     let mut events: Vec<(Duration, bool, usize)> = Vec::new();
@@ -646,14 +775,14 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     events.sort_by_key(|(t, start, i)| (*t, *start, *i));
     let faults_start = Instant::now();
     let mut nemesis = Nemesis {
-        rig: &mut rig,
+        rig: &mut session.rig,
         partitions: options.partitions,
         down: BTreeSet::new(),
         network: BTreeMap::new(),
         timeline: Vec::new(),
         not_applied: 0,
         verbose: options.verbose,
-        epoch,
+        epoch: session.epoch,
     };
     let mut applied: BTreeMap<usize, Applied> = BTreeMap::new();
     for (at, start, i) in events {
@@ -669,59 +798,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         nemesis.end(i, a).await?;
     }
     let (timeline, not_applied) = (std::mem::take(&mut nemesis.timeline), nemesis.not_applied);
-    drop(nemesis);
-
-    // Healed: every partition whole again and the workload making progress.
-    let healing = Instant::now();
-    let healed = match rig.wait_whole(HEAL_BOUND).await {
-        Ok(_) => workload
-            .wait_acked(20, HEAL_BOUND.saturating_sub(healing.elapsed()))
-            .await
-            .map(|_| healing.elapsed()),
-        Err(e) => Err(format!("{e:#}")),
-    };
-    let sends = workload
-        .stop_producers(spec.delivery_timeout + Duration::from_secs(10))
-        .await;
-
-    // The final state.
-    let _ = rig.wait_whole(Duration::from_secs(60)).await;
-    let mut logs = BTreeMap::new();
-    let mut ends = BTreeMap::new();
-    for p in 0..options.partitions {
-        let log = rig.read_partition(p, Duration::from_secs(30)).await?;
-        ends.insert(p, log.last().map_or(0, |(o, _)| o + 1));
-        logs.insert(p, log);
-    }
-    let history: History = workload
-        .finish_consumers(ends, Duration::from_secs(30), sends)
-        .await;
-    let mut replicas = BTreeMap::new();
-    for p in 0..options.partitions {
-        let start = Instant::now();
-        let r = loop {
-            match logs_identical(&rig.cluster, TOPIC, p).await {
-                Ok(_) => break Ok(()),
-                Err(e) if start.elapsed() > HEAL_BOUND => break Err(format!("{e:#}")),
-                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-            }
-        };
-        replicas.insert(p, r);
-    }
-    let leadership = watch.finish().await.violations;
-    let after = Final {
-        logs,
-        replicas,
-        healed: healed.clone(),
-        leadership,
-    };
-    let verdict = check(
-        &history,
-        &after,
-        Promise {
-            min_isr: min_isr as usize,
-        },
-    );
+    let (verdict, healed) = session.finish().await?;
     Ok(Report {
         options: Options { faults, ..options },
         skipped,

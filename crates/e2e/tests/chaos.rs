@@ -6,10 +6,11 @@
 //! below the high watermark (I2), one leader per partition and epoch, leader in
 //! the ISR, epochs never going back (I7, I8), and progress after healing (I9).
 //!
-//! Bounded for CI (`SYNCLINE_CHAOS_SECS`, default 20 s of faults); a soak runs
-//! longer, e.g. `SYNCLINE_CHAOS_SECS=900 cargo nextest run -p syncline-e2e --test
-//! chaos`. The fault schedule comes from `SYNCLINE_CHAOS_SEED` (printed, so a
-//! failing schedule can be replayed).
+//! Bounded for CI (`SYNCLINE_CHAOS_SECS`, default 20 s of faults; the test
+//! runner ends a test after 300 s). Soaks, network and power faults and
+//! overlapping faults are the fault harness's (`scripts/chaos.sh`). The fault
+//! schedule comes from `SYNCLINE_CHAOS_SEED` (printed, so a failing schedule can
+//! be replayed).
 
 use std::time::Duration;
 

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The fault harness (syncline-chaos): a cluster of real synclined processes
+# under a workload and a nemesis of overlapping faults, healed, then checked:
+# exit 0 only when every promise of the chosen settings held in every run.
+#
+#   scripts/chaos.sh                          one safe run, 60 s of faults
+#   scripts/chaos.sh --duration 900           a soak (no test runner to kill it)
+#   scripts/chaos.sh --runs 20 --duration 120 twenty runs, seeds N..N+19, totals
+#   scripts/chaos.sh --settings unsafe        acks=1, min ISR 1, unclean
+#                                             election, no fsync: losses expected
+#   scripts/chaos.sh --seed 42 -v             replay a schedule, print each fault
+#   scripts/chaos.sh --faults kill,cut,split  choose the nemesis' repertoire
+#   scripts/chaos.sh --scenario jepsen-2013   a named scenario alone (also
+#                                             last-replica-standing, kip-101,
+#                                             zombie-controller, power-loss)
+#   scripts/chaos.sh --help                   every option
+#
+# Builds the release binaries first (SYNCLINE_NO_BUILD=1 uses them as they
+# are). Network faults (nftables, a table of the harness's own) and power loss
+# (ext4 on loop devices) need root; without root they are skipped and named,
+# and the process faults still run. As root, installs nftables and e2fsprogs
+# when missing. Every process, rule, mount and loop device it made is removed
+# on every exit path (Ctrl-C included); those of a killed earlier run are
+# removed at the next start.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PROG=chaos.sh
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+
+case "${1:-}" in
+-h | --help)
+    usage_from_header "$0"
+    echo
+    echo "syncline-chaos's options:"
+    if [ -x target/release/syncline-chaos ]; then
+        target/release/syncline-chaos --help
+    else
+        echo "  (build first: cargo build --release --bins)"
+    fi
+    exit 0
+    ;;
+esac
+
+ensure_fault_tools
+build_bins release
+exec target/release/syncline-chaos "$@"
