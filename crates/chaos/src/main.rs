@@ -30,8 +30,9 @@ struct Args {
     #[arg(long, default_value_t = 60)]
     duration: u64,
     /// Fault kinds, comma-separated, or "all": kill, pause, restart, cut,
-    /// one-way, isolate, split, bridge, loss, power-loss. Kinds this machine
-    /// cannot inject (network and power faults need root) are skipped and named.
+    /// one-way, isolate, split, bridge, loss, power-loss, disk-full. Kinds this
+    /// machine cannot inject (network and disk faults need root) are skipped and
+    /// named.
     #[arg(long, default_value = "all")]
     faults: String,
     /// Brokers: 3 or 5 (the first three are the controller quorum).
@@ -166,15 +167,7 @@ impl Totals {
     fn add(&mut self, r: &syncline_chaos::run::Report) {
         self.runs += 1;
         self.invalid += usize::from(!r.valid());
-        self.faults += r
-            .timeline
-            .iter()
-            .filter(|t| {
-                t.split_whitespace()
-                    .nth(1)
-                    .is_some_and(|w| w.starts_with('+'))
-            })
-            .count();
+        self.faults += r.faults_started().len();
         self.sends += r.verdict.sends;
         self.acked += r.verdict.acked;
         for (k, n) in r.verdict.counts() {

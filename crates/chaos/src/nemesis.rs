@@ -35,10 +35,13 @@ pub enum FaultKind {
     Loss,
     /// SIGKILL and the data directory's unsynced writes lost, then a restart.
     PowerLoss,
+    /// The data directory's filesystem full (ENOSPC); when it ends, the space
+    /// is freed and the broker restarted, as an operator would.
+    DiskFull,
 }
 
 /// Every kind, in the order `--faults` lists them.
-pub const ALL: [FaultKind; 10] = [
+pub const ALL: [FaultKind; 11] = [
     FaultKind::Kill,
     FaultKind::Pause,
     FaultKind::Restart,
@@ -49,6 +52,7 @@ pub const ALL: [FaultKind; 10] = [
     FaultKind::Bridge,
     FaultKind::Loss,
     FaultKind::PowerLoss,
+    FaultKind::DiskFull,
 ];
 
 impl FaultKind {
@@ -65,6 +69,7 @@ impl FaultKind {
             FaultKind::Bridge => "bridge",
             FaultKind::Loss => "loss",
             FaultKind::PowerLoss => "power-loss",
+            FaultKind::DiskFull => "disk-full",
         }
     }
 
@@ -85,8 +90,17 @@ impl FaultKind {
     pub fn is_process(self) -> bool {
         matches!(
             self,
-            FaultKind::Kill | FaultKind::Pause | FaultKind::Restart | FaultKind::PowerLoss
+            FaultKind::Kill
+                | FaultKind::Pause
+                | FaultKind::Restart
+                | FaultKind::PowerLoss
+                | FaultKind::DiskFull
         )
+    }
+
+    /// True for faults of the data directory's disk (they need loop devices).
+    pub fn is_disk(self) -> bool {
+        matches!(self, FaultKind::PowerLoss | FaultKind::DiskFull)
     }
 }
 

@@ -325,17 +325,12 @@ impl Drop for Disk {
     }
 }
 
-/// Detaches loop devices (and unmounts their mounts first) whose backing
-/// file's path starts with `prefix`: stale ones that a killed earlier run
-/// left behind. Returns how many were detached.
-///
-/// `prefix` is a plain textual prefix (`/tmp/chaos-` matches
-/// `/tmp/chaos-1/disk.img`), compared with the kernel's view of the path,
-/// which is absolute with symbolic links resolved. Image files are not
-/// removed. Don't pass a prefix that covers disks in use: they are detached
-/// too.
-pub fn remove_stale(prefix: &Path) -> usize {
-    let prefix = prefix.as_os_str().as_bytes();
+/// Detaches loop devices (and unmounts their mounts) whose backing file
+/// `stale` says is a stale one, left behind by a killed earlier run. `stale`
+/// sees the kernel's view of the path (absolute, symbolic links resolved); it
+/// must not claim disks in use: they would be detached too. Image files are not
+/// removed. Returns how many were detached.
+pub fn remove_stale(stale: impl Fn(&Path) -> bool) -> usize {
     let Ok(entries) = fs::read_dir("/sys/block") else {
         return 0;
     };
@@ -349,7 +344,8 @@ pub fn remove_stale(prefix: &Path) -> usize {
         let Ok(backing) = fs::read(entry.path().join("loop/backing_file")) else {
             continue;
         };
-        if !backing.starts_with(prefix) {
+        let backing = Path::new(OsStr::from_bytes(backing.trim_ascii_end()));
+        if !stale(backing) {
             continue;
         }
         let device = Path::new("/dev").join(&name);
@@ -673,12 +669,12 @@ mod tests {
         // As if the process had been killed: no Drop.
         std::mem::forget(disk);
         let prefix = dir.path().canonicalize().unwrap();
-        assert_eq!(remove_stale(&prefix), 1);
+        assert_eq!(remove_stale(|p| p.starts_with(&prefix)), 1);
         assert!(!mounts_of(&device).contains(&mount));
         assert!(
             backing_file(&device).is_none_or(|file| !file.starts_with(&*prefix.to_string_lossy()))
         );
-        assert_eq!(remove_stale(&prefix), 0);
+        assert_eq!(remove_stale(|p| p.starts_with(&prefix)), 0);
     }
 
     #[test]

@@ -88,6 +88,18 @@ pub struct Report {
 }
 
 impl Report {
+    /// The timeline's lines of faults starting.
+    pub fn faults_started(&self) -> Vec<&String> {
+        self.timeline
+            .iter()
+            .filter(|t| {
+                t.split_whitespace()
+                    .nth(1)
+                    .is_some_and(|w| w.starts_with('+'))
+            })
+            .collect()
+    }
+
     /// True when every promise of the settings held.
     pub fn valid(&self) -> bool {
         self.verdict.valid()
@@ -118,15 +130,7 @@ impl fmt::Display for Report {
             writeln!(f, "skipped: {s}")?;
         }
         let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
-        let started: Vec<&String> = self
-            .timeline
-            .iter()
-            .filter(|t| {
-                t.split_whitespace()
-                    .nth(1)
-                    .is_some_and(|w| w.starts_with('+'))
-            })
-            .collect();
+        let started = self.faults_started();
         for t in &started {
             let kind = t.split_whitespace().nth(1).unwrap_or("?");
             *kinds.entry(kind.trim_start_matches('+')).or_default() += 1;
@@ -271,7 +275,7 @@ impl Rig {
     pub async fn start(setup: &Setup) -> anyhow::Result<Rig> {
         let (brokers, network, power) = (setup.brokers, setup.network, setup.power);
         crate::net::remove_stale();
-        crate::power::remove_stale(&std::env::temp_dir().join(IMAGE_PREFIX));
+        crate::power::remove_stale(is_stale_image);
         let voters = brokers.min(3);
         let layout = Layout {
             secure: false,
@@ -400,7 +404,25 @@ impl Rig {
     }
 }
 
+/// The disks' images are in `<temp>/syncline-chaos-disks-<pid>-<random>/`.
 const IMAGE_PREFIX: &str = "syncline-chaos-disks-";
+
+/// An image of a harness process that is gone (a run that was killed): never
+/// one of a run still going, this process's or another's.
+fn is_stale_image(image: &std::path::Path) -> bool {
+    let Some(dir) = image.parent().and_then(|d| d.file_name()) else {
+        return false;
+    };
+    let Some(pid) = dir
+        .to_str()
+        .and_then(|d| d.strip_prefix(IMAGE_PREFIX))
+        .and_then(|rest| rest.split('-').next())
+        .and_then(|pid| pid.parse::<i32>().ok())
+    else {
+        return false;
+    };
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err()
+}
 
 /// Which broker a target names now.
 async fn resolve(rig: &Rig, target: Target, partitions: i32) -> (i32, String) {
@@ -504,6 +526,11 @@ impl Nemesis<'_> {
                 // SIGTERM now; the process shuts down meanwhile (or is killed
                 // when the fault ends), the nemesis goes on.
                 FaultKind::Restart => self.rig.cluster.terminate(broker),
+                FaultKind::DiskFull => {
+                    if let Some(disk) = self.rig.disks.get(&broker) {
+                        disk.fill(0)?;
+                    }
+                }
                 _ => {
                     self.rig.cluster.kill(broker);
                     if let Some(disk) = self.rig.disks.get_mut(&broker) {
@@ -595,6 +622,15 @@ impl Nemesis<'_> {
                         }
                         self.rig.cluster.restart(broker);
                     }
+                    FaultKind::DiskFull => {
+                        if let Some(disk) = self.rig.disks.get(&broker) {
+                            disk.drain()?;
+                        }
+                        // A log that failed to write stays failed until its
+                        // broker restarts (Kafka's offline log directory).
+                        self.rig.cluster.kill(broker);
+                        self.rig.cluster.restart(broker);
+                    }
                     FaultKind::Restart => {
                         self.rig.cluster.stop(broker, Duration::from_secs(2)).await;
                         self.rig.cluster.restart(broker);
@@ -624,7 +660,7 @@ pub fn available(faults: &[FaultKind]) -> (Vec<FaultKind>, Vec<String>) {
     for k in faults {
         let why = if k.is_network() {
             net.as_ref()
-        } else if *k == FaultKind::PowerLoss {
+        } else if k.is_disk() {
             power.as_ref()
         } else {
             None
@@ -757,12 +793,12 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     let (faults, skipped) = available(&options.faults);
     let mut setup = Setup::new(options.settings, options.brokers, options.partitions);
     setup.network = faults.iter().any(|k| k.is_network());
-    setup.power = faults.contains(&FaultKind::PowerLoss);
+    setup.power = faults.iter().any(|k| k.is_disk());
     // Safe settings survive power loss of every replica only with every
     // append fsynced.
     setup.flush_each = options
         .flush_each
-        .unwrap_or(setup.power && options.settings == Settings::Safe);
+        .unwrap_or(faults.contains(&FaultKind::PowerLoss) && options.settings == Settings::Safe);
     let mut session = Session::start(setup).await?;
 
     let plan = schedule(options.seed, options.duration, &faults);
@@ -807,4 +843,25 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         verdict,
         healed,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn only_images_of_gone_processes_are_stale() {
+        let mine = format!("/tmp/{IMAGE_PREFIX}{}-abc/broker-1.img", std::process::id());
+        assert!(!is_stale_image(Path::new(&mine)));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id();
+        child.wait().unwrap();
+        let theirs = format!("/tmp/{IMAGE_PREFIX}{gone}-xyz/broker-1.img");
+        assert!(is_stale_image(Path::new(&theirs)));
+        assert!(!is_stale_image(Path::new("/tmp/other-123-x/broker-1.img")));
+        assert!(!is_stale_image(Path::new(&format!(
+            "/tmp/{IMAGE_PREFIX}x-y/b.img"
+        ))));
+    }
 }

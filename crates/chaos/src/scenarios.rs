@@ -22,6 +22,9 @@ pub const NAMES: [&str; 5] = [
     "power-loss",
 ];
 
+/// The scenarios without an unsafe variant.
+const ONE_VARIANT: [&str; 2] = ["kip-101", "zombie-controller"];
+
 /// What a scenario is expected to show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expected {
@@ -176,294 +179,22 @@ fn why_not_net() -> String {
 
 /// Runs scenario `name` with `settings`.
 pub async fn run_scenario(name: &str, settings: Settings) -> anyhow::Result<ScenarioReport> {
-    let safe = settings == Settings::Safe;
+    if settings == Settings::Unsafe && ONE_VARIANT.contains(&name) {
+        anyhow::bail!("scenario {name} has one variant: run it with --settings safe");
+    }
     let mut script = Script::new();
-    let (name, expected, session) = match name {
-        "jepsen-2013" => {
-            // A leader cut from its followers but still reaching the controller
-            // shrinks its ISR to itself; then it is cut off entirely and a
-            // follower takes over. min.insync.replicas=2 refuses the writes the
-            // leader alone would have acknowledged; min ISR 1 and unclean
-            // election lose them.
-            let mut setup = Setup::new(settings, 5, 1);
-            setup.network = true;
-            setup.acks = Acks::All;
-            let rig = Rig::start(&setup).await?;
-            firewall(&rig)?;
-            let controller = rig
-                .cluster
-                .wait_active_controller(&[], Duration::from_secs(30))
-                .await;
-            let replicas: Vec<i32> = (1..=5).filter(|b| *b != controller).take(3).collect();
-            reassign(&rig, &replicas).await?;
-            script.step(format!(
-                "replicas of partition 0 moved to {replicas:?} (active controller {controller})"
-            ));
-            let session = Session::on(rig, setup).await?;
-            let s = wait_state(&session.rig, "led", Duration::from_secs(30), &[], |s| {
-                s.leader_id > 0 && s.isr.len() == 3
-            })
-            .await?;
-            let leader = s.leader_id;
-            let followers: Vec<i32> = replicas.iter().copied().filter(|r| *r != leader).collect();
-            let mut links = BTreeMap::new();
-            cut_between(&mut links, leader, &followers);
-            firewall(&session.rig)?.set(&links)?;
-            script.step(format!(
-                "leader {leader} cut from its followers {followers:?}, controller {controller} reachable"
-            ));
-            wait_state(&session.rig, "shrunk", Duration::from_secs(30), &[], |s| {
-                s.isr == vec![leader]
-            })
-            .await?;
-            script.step(format!("ISR shrank to [{leader}]"));
-            let acked = session.workload.acked();
-            tokio::time::sleep(Duration::from_secs(4)).await;
-            script.step(format!(
-                "{} records acknowledged in 4 s with the ISR [{leader}]",
-                session.workload.acked() - acked
-            ));
-            let others: Vec<i32> = (1..=5).filter(|b| *b != leader).collect();
-            cut_between(&mut links, leader, &others);
-            firewall(&session.rig)?.set(&links)?;
-            script.step(format!("leader {leader} cut from every broker"));
-            let outcome = wait_state(
-                &session.rig,
-                "led by another",
-                Duration::from_secs(15),
-                &[leader],
-                |s| s.leader_id > 0 && s.leader_id != leader,
-            )
-            .await;
-            match outcome {
-                Ok(s) => script.step(format!(
-                    "broker {} leads in epoch {} (an unclean election)",
-                    s.leader_id, s.leader_epoch
-                )),
-                Err(_) => script.step("no other leader within 15 s (no unclean election)"),
-            }
-            firewall(&session.rig)?.set(&BTreeMap::new())?;
-            script.step("healed");
-            let expected = if safe {
-                Expected::Valid
-            } else {
-                Expected::Loss
-            };
-            ("jepsen-2013", expected, session)
-        }
-        "last-replica-standing" => {
-            // Both followers crash; the leader alone is the ISR; then it is lost
-            // for good (its disk replaced) and a follower is elected uncleanly.
-            // min.insync.replicas=2 refused what the last replica alone would
-            // have acknowledged; min ISR 1 acknowledged it and loses it.
-            // Five brokers, the replicas on [1, 4, 5]: two voters of the
-            // controller quorum stay up whichever replicas are down.
-            let mut setup = Setup::new(settings, 5, 1);
-            setup.acks = Acks::All;
-            setup.idempotent = true;
-            setup.unclean = true;
-            let rig = Rig::start(&setup).await?;
-            reassign(&rig, &[1, 4, 5]).await?;
-            script.step("replicas of partition 0 moved to [1, 4, 5]");
-            let mut session = Session::on(rig, setup).await?;
-            let s = wait_state(&session.rig, "led", Duration::from_secs(30), &[], |s| {
-                s.leader_id > 0 && s.isr.len() == 3
-            })
-            .await?;
-            let leader = s.leader_id;
-            let followers: Vec<i32> = s
-                .replicas
-                .iter()
-                .copied()
-                .filter(|r| *r != leader)
-                .collect();
-            for f in &followers {
-                session.rig.cluster.kill(*f);
-            }
-            script.step(format!("followers {followers:?} killed"));
-            wait_state(&session.rig, "shrunk", Duration::from_secs(30), &[], |s| {
-                s.isr == vec![leader]
-            })
-            .await?;
-            let acked = session.workload.acked();
-            tokio::time::sleep(Duration::from_secs(4)).await;
-            script.step(format!(
-                "ISR [{leader}]: {} records acknowledged in 4 s",
-                session.workload.acked() - acked
-            ));
-            session.rig.cluster.kill(leader);
-            std::fs::remove_dir_all(session.rig.cluster.data_dir(leader))?;
-            script.step(format!("leader {leader} killed and its disk lost"));
-            for f in &followers {
-                session.rig.cluster.restart(*f);
-            }
-            let s = wait_state(
-                &session.rig,
-                "led again",
-                Duration::from_secs(30),
-                &[],
-                |s| s.leader_id > 0 && s.leader_id != leader,
-            )
-            .await?;
-            script.step(format!(
-                "followers restarted; broker {} elected uncleanly (epoch {})",
-                s.leader_id, s.leader_epoch
-            ));
-            session.rig.cluster.restart(leader);
-            script.step(format!("broker {leader} back with an empty disk"));
-            let expected = if safe {
-                Expected::Valid
-            } else {
-                Expected::Loss
-            };
-            ("last-replica-standing", expected, session)
-        }
-        "kip-101" => {
-            // KIP-101's first case: a follower restarts, and the leader crashes
-            // before the follower fetched again. Truncating to the high
-            // watermark would lose what both had; truncation by leader epoch
-            // keeps it.
-            // Five brokers, the replicas on [4, 5], outside the controller
-            // quorum.
-            let mut setup = Setup::new(Settings::Safe, 5, 1);
-            setup.replication_factor = 2;
-            setup.min_isr = 1;
-            let rig = Rig::start(&setup).await?;
-            reassign(&rig, &[4, 5]).await?;
-            script.step("replicas of partition 0 moved to [4, 5]");
-            let mut session = Session::on(rig, setup).await?;
-            let s = wait_state(&session.rig, "led", Duration::from_secs(30), &[], |s| {
-                s.leader_id > 0 && s.isr.len() == 2
-            })
-            .await?;
-            let leader = s.leader_id;
-            let follower = s
-                .replicas
-                .iter()
-                .copied()
-                .find(|r| *r != leader)
-                .unwrap_or(leader);
-            session.rig.cluster.kill(follower);
-            session.rig.cluster.restart(follower);
-            session.rig.cluster.kill(leader);
-            script.step(format!(
-                "follower {follower} restarted, leader {leader} killed at once"
-            ));
-            // Either the follower leads (it was still in the ISR) with every
-            // record it had, or, as syncline takes a restarted follower out of
-            // the ISR until it caught up, the partition waits offline for its
-            // last ISR member. Never the follower with a log cut to its HW.
-            let s = wait_state(
-                &session.rig,
-                "led by the follower or offline",
-                Duration::from_secs(30),
-                &[leader],
-                |s| s.leader_id == follower || (s.leader_id <= 0 && s.isr == vec![leader]),
-            )
-            .await?;
-            if s.leader_id == follower {
-                script.step(format!(
-                    "broker {follower} leads in epoch {}",
-                    s.leader_epoch
-                ));
-            } else {
-                script.step(format!(
-                    "partition 0 offline: its ISR is [{leader}], the follower was taken out \
-                     when it restarted"
-                ));
-            }
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            session.rig.cluster.restart(leader);
-            script.step(format!("broker {leader} restarted"));
-            let _ = settings;
-            ("kip-101", Expected::Valid, session)
-        }
-        "zombie-controller" => {
-            // The active controller freezes past the election timeout, a
-            // partition leader crashes meanwhile (the new controller acts), and
-            // the old controller wakes with its stale view.
-            // Five brokers, partition 0 on [4, 5] outside the quorum: with one
-            // voter frozen and its leader crashed, two voters remain.
-            let mut setup = Setup::new(Settings::Safe, 5, 1);
-            setup.replication_factor = 2;
-            setup.min_isr = 1;
-            let rig = Rig::start(&setup).await?;
-            reassign(&rig, &[4, 5]).await?;
-            script.step("replicas of partition 0 moved to [4, 5]");
-            let mut session = Session::on(rig, setup).await?;
-            let controller = session
-                .rig
-                .cluster
-                .wait_active_controller(&[], Duration::from_secs(30))
-                .await;
-            session.rig.cluster.pause(controller);
-            script.step(format!("active controller {controller} paused"));
-            let new = session
-                .rig
-                .cluster
-                .wait_active_controller(&[controller], Duration::from_secs(30))
-                .await;
-            script.step(format!("broker {new} is the active controller"));
-            let s = state(&session.rig, 0, &[controller])
-                .await
-                .ok_or_else(|| anyhow::anyhow!("no metadata"))?;
-            let victim = s.leader_id;
-            if victim != controller && victim > 0 {
-                session.rig.cluster.kill(victim);
-                script.step(format!("leader {victim} of partition 0 killed"));
-                wait_state(
-                    &session.rig,
-                    "failed over",
-                    Duration::from_secs(30),
-                    &[controller],
-                    |s| s.leader_id > 0 && s.leader_id != victim,
-                )
-                .await?;
-                script.step("partition 0 failed over");
-                session.rig.cluster.restart(victim);
-            }
-            session.rig.cluster.resume(controller);
-            script.step(format!("broker {controller} resumed"));
-            let _ = settings;
-            ("zombie-controller", Expected::Valid, session)
-        }
-        "power-loss" => {
-            // Every broker loses power at once. With flush.messages=1 nothing
-            // acknowledged is lost; with the default flush policy (never) the
-            // unsynced tail of every ISR member is, as documented.
-            let mut setup = Setup::new(Settings::Safe, 3, 1);
-            setup.power = true;
-            setup.flush_each = safe;
-            if let Some(why) = crate::power::unavailable() {
-                anyhow::bail!("this scenario needs power faults: {why}");
-            }
-            let mut session = Session::start(setup).await?;
-            tokio::time::sleep(Duration::from_secs(3)).await;
-            for id in 1..=3 {
-                session.rig.cluster.kill(id);
-                if let Some(d) = session.rig.disks.get_mut(&id) {
-                    d.cut_power()?;
-                }
-            }
-            script.step(format!(
-                "every broker lost power ({} acknowledged so far; flush.messages={})",
-                session.workload.acked(),
-                if safe { "1" } else { "never" }
-            ));
-            for id in 1..=3 {
-                if let Some(d) = session.rig.disks.get_mut(&id) {
-                    d.power_on()?;
-                }
-                session.rig.cluster.restart(id);
-            }
-            script.step("power back, every broker restarted");
-            let expected = if safe {
-                Expected::Valid
-            } else {
-                Expected::Loss
-            };
-            ("power-loss", expected, session)
-        }
+    let (name, (expected, session)) = match name {
+        "jepsen-2013" => ("jepsen-2013", jepsen_2013(&mut script, settings).await?),
+        "last-replica-standing" => (
+            "last-replica-standing",
+            last_replica_standing(&mut script, settings).await?,
+        ),
+        "kip-101" => ("kip-101", kip_101(&mut script, settings).await?),
+        "zombie-controller" => (
+            "zombie-controller",
+            zombie_controller(&mut script, settings).await?,
+        ),
+        "power-loss" => ("power-loss", power_loss(&mut script, settings).await?),
         other => anyhow::bail!(
             "unknown scenario {other:?}: choose from {}",
             NAMES.join(", ")
@@ -478,6 +209,19 @@ pub async fn run_scenario(name: &str, settings: Settings) -> anyhow::Result<Scen
         verdict,
         healed,
     })
+}
+
+/// Five brokers, partition 0 on brokers 4 and 5 (RF 2, min ISR 1), outside
+/// the controller quorum (brokers 1 to 3): its replicas can fail without the
+/// quorum losing its majority.
+async fn outside_the_quorum(script: &mut Script) -> anyhow::Result<Session> {
+    let mut setup = Setup::new(Settings::Safe, 5, 1);
+    setup.replication_factor = 2;
+    setup.min_isr = 1;
+    let rig = Rig::start(&setup).await?;
+    reassign(&rig, &[4, 5]).await?;
+    script.step("replicas of partition 0 moved to [4, 5]");
+    Session::on(rig, setup).await
 }
 
 /// Moves partition 0's replicas to `replicas` and waits until they are its
@@ -511,4 +255,292 @@ async fn reassign(rig: &Rig, replicas: &[i32]) -> anyhow::Result<()> {
     })
     .await?;
     Ok(())
+}
+
+async fn jepsen_2013(
+    script: &mut Script,
+    settings: Settings,
+) -> anyhow::Result<(Expected, Session)> {
+    let safe = settings == Settings::Safe;
+    // A leader cut from its followers but still reaching the controller
+    // shrinks its ISR to itself; then it is cut off entirely and a
+    // follower takes over. min.insync.replicas=2 refuses the writes the
+    // leader alone would have acknowledged; min ISR 1 and unclean
+    // election lose them.
+    let mut setup = Setup::new(settings, 5, 1);
+    setup.network = true;
+    setup.acks = Acks::All;
+    let rig = Rig::start(&setup).await?;
+    firewall(&rig)?;
+    let controller = rig
+        .cluster
+        .wait_active_controller(&[], Duration::from_secs(30))
+        .await;
+    let replicas: Vec<i32> = (1..=5).filter(|b| *b != controller).take(3).collect();
+    reassign(&rig, &replicas).await?;
+    script.step(format!(
+        "replicas of partition 0 moved to {replicas:?} (active controller {controller})"
+    ));
+    let session = Session::on(rig, setup).await?;
+    let s = wait_state(&session.rig, "led", Duration::from_secs(30), &[], |s| {
+        s.leader_id > 0 && s.isr.len() == 3
+    })
+    .await?;
+    let leader = s.leader_id;
+    let followers: Vec<i32> = replicas.iter().copied().filter(|r| *r != leader).collect();
+    let mut links = BTreeMap::new();
+    cut_between(&mut links, leader, &followers);
+    firewall(&session.rig)?.set(&links)?;
+    script.step(format!(
+        "leader {leader} cut from its followers {followers:?}, controller {controller} reachable"
+    ));
+    wait_state(&session.rig, "shrunk", Duration::from_secs(30), &[], |s| {
+        s.isr == vec![leader]
+    })
+    .await?;
+    script.step(format!("ISR shrank to [{leader}]"));
+    let acked = session.workload.acked();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    script.step(format!(
+        "{} records acknowledged in 4 s with the ISR [{leader}]",
+        session.workload.acked() - acked
+    ));
+    let others: Vec<i32> = (1..=5).filter(|b| *b != leader).collect();
+    cut_between(&mut links, leader, &others);
+    firewall(&session.rig)?.set(&links)?;
+    script.step(format!("leader {leader} cut from every broker"));
+    let outcome = wait_state(
+        &session.rig,
+        "led by another",
+        Duration::from_secs(15),
+        &[leader],
+        |s| s.leader_id > 0 && s.leader_id != leader,
+    )
+    .await;
+    match outcome {
+        Ok(s) => script.step(format!(
+            "broker {} leads in epoch {} (an unclean election)",
+            s.leader_id, s.leader_epoch
+        )),
+        Err(_) => script.step("no other leader within 15 s (no unclean election)"),
+    }
+    firewall(&session.rig)?.set(&BTreeMap::new())?;
+    script.step("healed");
+    let expected = if safe {
+        Expected::Valid
+    } else {
+        Expected::Loss
+    };
+    Ok((expected, session))
+}
+
+async fn last_replica_standing(
+    script: &mut Script,
+    settings: Settings,
+) -> anyhow::Result<(Expected, Session)> {
+    let safe = settings == Settings::Safe;
+    // Both followers crash; the leader alone is the ISR; then it is lost
+    // for good (its disk replaced) and a follower is elected uncleanly.
+    // min.insync.replicas=2 refused what the last replica alone would
+    // have acknowledged; min ISR 1 acknowledged it and loses it.
+    // Five brokers, the replicas on [1, 4, 5]: two voters of the
+    // controller quorum stay up whichever replicas are down.
+    let mut setup = Setup::new(settings, 5, 1);
+    setup.acks = Acks::All;
+    setup.idempotent = true;
+    setup.unclean = true;
+    let rig = Rig::start(&setup).await?;
+    reassign(&rig, &[1, 4, 5]).await?;
+    script.step("replicas of partition 0 moved to [1, 4, 5]");
+    let mut session = Session::on(rig, setup).await?;
+    let s = wait_state(&session.rig, "led", Duration::from_secs(30), &[], |s| {
+        s.leader_id > 0 && s.isr.len() == 3
+    })
+    .await?;
+    let leader = s.leader_id;
+    let followers: Vec<i32> = s
+        .replicas
+        .iter()
+        .copied()
+        .filter(|r| *r != leader)
+        .collect();
+    for f in &followers {
+        session.rig.cluster.kill(*f);
+    }
+    script.step(format!("followers {followers:?} killed"));
+    wait_state(&session.rig, "shrunk", Duration::from_secs(30), &[], |s| {
+        s.isr == vec![leader]
+    })
+    .await?;
+    let acked = session.workload.acked();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    script.step(format!(
+        "ISR [{leader}]: {} records acknowledged in 4 s",
+        session.workload.acked() - acked
+    ));
+    session.rig.cluster.kill(leader);
+    std::fs::remove_dir_all(session.rig.cluster.data_dir(leader))?;
+    script.step(format!("leader {leader} killed and its disk lost"));
+    for f in &followers {
+        session.rig.cluster.restart(*f);
+    }
+    let s = wait_state(
+        &session.rig,
+        "led again",
+        Duration::from_secs(30),
+        &[],
+        |s| s.leader_id > 0 && s.leader_id != leader,
+    )
+    .await?;
+    script.step(format!(
+        "followers restarted; broker {} elected uncleanly (epoch {})",
+        s.leader_id, s.leader_epoch
+    ));
+    session.rig.cluster.restart(leader);
+    script.step(format!("broker {leader} back with an empty disk"));
+    let expected = if safe {
+        Expected::Valid
+    } else {
+        Expected::Loss
+    };
+    Ok((expected, session))
+}
+
+async fn kip_101(script: &mut Script, _settings: Settings) -> anyhow::Result<(Expected, Session)> {
+    // KIP-101's first case: a follower restarts, and the leader crashes
+    // before the follower fetched again. Truncating to the high
+    // watermark would lose what both had; truncation by leader epoch
+    // keeps it.
+    let mut session = outside_the_quorum(script).await?;
+    let s = wait_state(&session.rig, "led", Duration::from_secs(30), &[], |s| {
+        s.leader_id > 0 && s.isr.len() == 2
+    })
+    .await?;
+    let leader = s.leader_id;
+    let follower = s
+        .replicas
+        .iter()
+        .copied()
+        .find(|r| *r != leader)
+        .unwrap_or(leader);
+    session.rig.cluster.kill(follower);
+    session.rig.cluster.restart(follower);
+    session.rig.cluster.kill(leader);
+    script.step(format!(
+        "follower {follower} restarted, leader {leader} killed at once"
+    ));
+    // Either the follower leads (it was still in the ISR) with every
+    // record it had, or, as syncline takes a restarted follower out of
+    // the ISR until it caught up, the partition waits offline for its
+    // last ISR member. Never the follower with a log cut to its HW.
+    let s = wait_state(
+        &session.rig,
+        "led by the follower or offline",
+        Duration::from_secs(30),
+        &[leader],
+        |s| s.leader_id == follower || (s.leader_id <= 0 && s.isr == vec![leader]),
+    )
+    .await?;
+    if s.leader_id == follower {
+        script.step(format!(
+            "broker {follower} leads in epoch {}",
+            s.leader_epoch
+        ));
+    } else {
+        script.step(format!(
+            "partition 0 offline: its ISR is [{leader}], the follower was taken out \
+             when it restarted"
+        ));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    session.rig.cluster.restart(leader);
+    script.step(format!("broker {leader} restarted"));
+    Ok((Expected::Valid, session))
+}
+
+async fn zombie_controller(
+    script: &mut Script,
+    _settings: Settings,
+) -> anyhow::Result<(Expected, Session)> {
+    // The active controller freezes past the election timeout, a
+    // partition leader crashes meanwhile (the new controller acts), and
+    // the old controller wakes with its stale view.
+    // With one voter frozen and the leader crashed, two voters remain.
+    let mut session = outside_the_quorum(script).await?;
+    let controller = session
+        .rig
+        .cluster
+        .wait_active_controller(&[], Duration::from_secs(30))
+        .await;
+    session.rig.cluster.pause(controller);
+    script.step(format!("active controller {controller} paused"));
+    let new = session
+        .rig
+        .cluster
+        .wait_active_controller(&[controller], Duration::from_secs(30))
+        .await;
+    script.step(format!("broker {new} is the active controller"));
+    let s = state(&session.rig, 0, &[controller])
+        .await
+        .ok_or_else(|| anyhow::anyhow!("no metadata"))?;
+    let victim = s.leader_id;
+    if victim != controller && victim > 0 {
+        session.rig.cluster.kill(victim);
+        script.step(format!("leader {victim} of partition 0 killed"));
+        wait_state(
+            &session.rig,
+            "failed over",
+            Duration::from_secs(30),
+            &[controller],
+            |s| s.leader_id > 0 && s.leader_id != victim,
+        )
+        .await?;
+        script.step("partition 0 failed over");
+        session.rig.cluster.restart(victim);
+    }
+    session.rig.cluster.resume(controller);
+    script.step(format!("broker {controller} resumed"));
+    Ok((Expected::Valid, session))
+}
+
+async fn power_loss(
+    script: &mut Script,
+    settings: Settings,
+) -> anyhow::Result<(Expected, Session)> {
+    let safe = settings == Settings::Safe;
+    // Every broker loses power at once. With flush.messages=1 nothing
+    // acknowledged is lost; with the default flush policy (never) the
+    // unsynced tail of every ISR member is, as documented.
+    let mut setup = Setup::new(Settings::Safe, 3, 1);
+    setup.power = true;
+    setup.flush_each = safe;
+    if let Some(why) = crate::power::unavailable() {
+        anyhow::bail!("this scenario needs power faults: {why}");
+    }
+    let mut session = Session::start(setup).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for id in 1..=3 {
+        session.rig.cluster.kill(id);
+        if let Some(d) = session.rig.disks.get_mut(&id) {
+            d.cut_power()?;
+        }
+    }
+    script.step(format!(
+        "every broker lost power ({} acknowledged so far; flush.messages={})",
+        session.workload.acked(),
+        if safe { "1" } else { "never" }
+    ));
+    for id in 1..=3 {
+        if let Some(d) = session.rig.disks.get_mut(&id) {
+            d.power_on()?;
+        }
+        session.rig.cluster.restart(id);
+    }
+    script.step("power back, every broker restarted");
+    let expected = if safe {
+        Expected::Valid
+    } else {
+        Expected::Loss
+    };
+    Ok((expected, session))
 }
