@@ -72,9 +72,7 @@ pub(crate) struct GroupManager {
 }
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    syncline_proto::wall_clock_ms()
 }
 
 impl GroupManager {

@@ -30,7 +30,7 @@ struct Args {
     #[arg(long, default_value_t = 60)]
     duration: u64,
     /// Fault kinds, comma-separated, or "all": kill, pause, restart, cut,
-    /// one-way, isolate, split, bridge, loss, power-loss, disk-full. Kinds this
+    /// one-way, isolate, split, bridge, loss, power-loss, disk-full, clock. Kinds this
     /// machine cannot inject (network and disk faults need root) are skipped and
     /// named.
     #[arg(long, default_value = "all")]

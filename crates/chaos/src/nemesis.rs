@@ -38,10 +38,13 @@ pub enum FaultKind {
     /// The data directory's filesystem full (ENOSPC); when it ends, the space
     /// is freed and the broker restarted, as an operator would.
     DiskFull,
+    /// The broker restarted with its wall clock skewed (up to ten minutes
+    /// either way), restarted with the right one when the fault ends.
+    Clock,
 }
 
 /// Every kind, in the order `--faults` lists them.
-pub const ALL: [FaultKind; 11] = [
+pub const ALL: [FaultKind; 12] = [
     FaultKind::Kill,
     FaultKind::Pause,
     FaultKind::Restart,
@@ -53,6 +56,7 @@ pub const ALL: [FaultKind; 11] = [
     FaultKind::Loss,
     FaultKind::PowerLoss,
     FaultKind::DiskFull,
+    FaultKind::Clock,
 ];
 
 impl FaultKind {
@@ -70,6 +74,7 @@ impl FaultKind {
             FaultKind::Loss => "loss",
             FaultKind::PowerLoss => "power-loss",
             FaultKind::DiskFull => "disk-full",
+            FaultKind::Clock => "clock",
         }
     }
 
@@ -95,6 +100,7 @@ impl FaultKind {
                 | FaultKind::Restart
                 | FaultKind::PowerLoss
                 | FaultKind::DiskFull
+                | FaultKind::Clock
         )
     }
 

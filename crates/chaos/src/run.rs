@@ -458,6 +458,19 @@ pub async fn replicas_of(rig: &Rig, partition: i32) -> Option<(i32, Vec<i32>)> {
     None
 }
 
+/// Skews broker `id`'s wall clock from its next start (`None`: the right one).
+fn set_clock(rig: &mut Rig, id: i32, skew_ms: Option<i64>) {
+    let env = &mut rig.cluster.nodes[id as usize - 1].env;
+    env.retain(|(k, _)| k != CLOCK_OFFSET);
+    if let Some(skew) = skew_ms {
+        env.push((CLOCK_OFFSET.into(), skew.to_string()));
+    }
+}
+
+/// The environment variable that skews a broker's wall clock
+/// (`syncline_proto::wall_clock_ms`).
+const CLOCK_OFFSET: &str = "SYNCLINE_WALL_CLOCK_OFFSET_MS";
+
 /// An applied fault, to be undone when it ends.
 #[derive(Debug)]
 enum Applied {
@@ -510,7 +523,7 @@ impl Nemesis<'_> {
     }
 
     async fn start(&mut self, i: usize, p: &Planned) -> anyhow::Result<Applied> {
-        let (broker, why) = resolve(self.rig, p.target, self.partitions).await;
+        let (broker, mut why) = resolve(self.rig, p.target, self.partitions).await;
         let n = self.rig.cluster.nodes.len() as i32;
         let others: Vec<i32> = (1..=n).filter(|b| *b != broker).collect();
         let other = others[(p.pick % others.len() as u64) as usize];
@@ -530,6 +543,14 @@ impl Nemesis<'_> {
                     if let Some(disk) = self.rig.disks.get(&broker) {
                         disk.fill(0)?;
                     }
+                }
+                FaultKind::Clock => {
+                    let mut rng = StdRng::seed_from_u64(p.pick);
+                    let skew: i64 = rng.random_range(-600_000..=600_000);
+                    set_clock(self.rig, broker, Some(skew));
+                    self.rig.cluster.kill(broker);
+                    self.rig.cluster.restart(broker);
+                    why = format!("{why}, wall clock {skew:+} ms");
                 }
                 _ => {
                     self.rig.cluster.kill(broker);
@@ -620,6 +641,11 @@ impl Nemesis<'_> {
                         if let Some(disk) = self.rig.disks.get_mut(&broker) {
                             disk.power_on()?;
                         }
+                        self.rig.cluster.restart(broker);
+                    }
+                    FaultKind::Clock => {
+                        set_clock(self.rig, broker, None);
+                        self.rig.cluster.kill(broker);
                         self.rig.cluster.restart(broker);
                     }
                     FaultKind::DiskFull => {

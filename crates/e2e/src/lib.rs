@@ -127,6 +127,8 @@ pub struct Node {
     pub internal_port: u16,
     pub config: PathBuf,
     pub log: PathBuf,
+    /// Environment variables of its next start (the harness's clock skew).
+    pub env: Vec<(String, String)>,
     child: Option<Child>,
     paused: bool,
 }
@@ -334,6 +336,7 @@ impl Cluster {
                 internal_port: internal[i],
                 log: dir.path().join(format!("broker-{id}.log")),
                 config,
+                env: Vec::new(),
                 child: None,
                 paused: false,
             });
@@ -398,6 +401,7 @@ impl Cluster {
                 "RUST_LOG",
                 std::env::var("SYNCLINE_E2E_LOG").unwrap_or_else(|_| "info".into()),
             )
+            .envs(node.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::from(log.try_clone().expect("log fd")))
             .stderr(Stdio::from(log))
             .spawn()

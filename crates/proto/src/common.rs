@@ -120,12 +120,27 @@ impl Backoff {
     }
 }
 
-/// Milliseconds since the Unix epoch from the wall clock. Record timestamps and
-/// time-based retention are its only uses: every rule runs on `tokio::time`.
+/// Milliseconds since the Unix epoch from the wall clock. Record timestamps,
+/// time-based retention and group offsets' commit times are its only uses:
+/// every rule runs on `tokio::time`.
+///
+/// The fault harness skews one process's wall clock with the environment
+/// variable `SYNCLINE_WALL_CLOCK_OFFSET_MS` (milliseconds, may be negative),
+/// read once; the monotonic clock cannot be skewed.
 pub fn wall_clock_ms() -> i64 {
+    static OFFSET: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    let offset =
+        *OFFSET.get_or_init(|| clock_offset(std::env::var("SYNCLINE_WALL_CLOCK_OFFSET_MS").ok()));
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
+        .saturating_add(offset)
+}
+
+/// The wall clock's offset from `SYNCLINE_WALL_CLOCK_OFFSET_MS`'s value: 0
+/// when unset or not a whole number of milliseconds.
+fn clock_offset(value: Option<String>) -> i64 {
+    value.and_then(|v| v.trim().parse().ok()).unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -181,5 +196,9 @@ mod tests {
     #[test]
     fn wall_clock_is_after_2020() {
         assert!(wall_clock_ms() > 1_577_836_800_000);
+        assert_eq!(clock_offset(None), 0);
+        assert_eq!(clock_offset(Some("-60000".into())), -60_000);
+        assert_eq!(clock_offset(Some(" 250 ".into())), 250);
+        assert_eq!(clock_offset(Some("soon".into())), 0);
     }
 }
