@@ -12,6 +12,7 @@
 #   scripts/chaos.sh --faults kill,cut,split  choose the nemesis' repertoire
 #   scripts/chaos.sh --scenario jepsen-2013   a named scenario alone (also
 #                                             last-replica-standing, kip-101,
+#                                             kip-101-power, kip-279,
 #                                             zombie-controller, power-loss)
 #   scripts/chaos.sh --help                   every option
 #

@@ -53,7 +53,8 @@ struct Args {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     runs: u32,
     /// Run a named scenario instead of a random schedule: jepsen-2013,
-    /// last-replica-standing, kip-101, zombie-controller, power-loss. Its
+    /// last-replica-standing, kip-101, kip-101-power, kip-279,
+    /// zombie-controller, power-loss. Its
     /// outcome under --settings is asserted (unsafe: the loss is expected).
     #[arg(long, conflicts_with_all = ["seed", "duration", "faults", "runs", "flush"])]
     scenario: Option<String>,
@@ -132,7 +133,11 @@ fn main() -> ExitCode {
         );
         match runtime.block_on(interruptible(run(options))) {
             None => return interrupted(),
-            Some(Err(e)) => return cannot(&e),
+            // The next runs may still be carried out: go on, and say so.
+            Some(Err(e)) => {
+                let _ = cannot(&e);
+                totals.not_run += 1;
+            }
             Some(Ok(report)) => {
                 print!("{report}");
                 totals.add(&report);
@@ -142,7 +147,9 @@ fn main() -> ExitCode {
     if args.runs > 1 {
         print!("{totals}");
     }
-    if totals.invalid == 0 {
+    if totals.not_run > 0 {
+        ExitCode::from(3)
+    } else if totals.invalid == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
@@ -153,6 +160,8 @@ fn main() -> ExitCode {
 #[derive(Debug, Default)]
 struct Totals {
     runs: usize,
+    /// Runs that could not be carried out.
+    not_run: usize,
     invalid: usize,
     faults: usize,
     sends: usize,
@@ -185,11 +194,12 @@ impl std::fmt::Display for Totals {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "totals: {} runs, {} valid, {} invalid; {} faults; {} sends, {} acknowledged; \
-             slowest heal {:.1} s, {} not healed within 30 s",
-            self.runs,
+            "totals: {} runs, {} valid, {} invalid, {} not carried out; {} faults; {} sends, \
+             {} acknowledged; slowest heal {:.1} s, {} not healed within 30 s",
+            self.runs + self.not_run,
             self.runs - self.invalid,
             self.invalid,
+            self.not_run,
             self.faults,
             self.sends,
             self.acked,

@@ -608,7 +608,11 @@ impl Nemesis<'_> {
                     _ => (p.pick % self.partitions as u64) as i32,
                 };
                 let controller = self.rig.cluster.active_controller();
-                let Some((leader, replicas)) = replicas_of(self.rig, partition).await else {
+                let Some((leader, replicas)) = replicas_of(self.rig, partition)
+                    .await
+                    .filter(|(leader, _)| *leader > 0)
+                else {
+                    // No leader to cut off (the partition is offline).
                     self.not_applied += 1;
                     return Ok(Applied::Nothing);
                 };

@@ -121,3 +121,18 @@ async fn power_loss_of_every_broker_with_flush_messages_1_loses_nothing() {
 async fn power_loss_of_every_broker_with_the_default_flush_loses_the_unsynced_tail() {
     scenario("power-loss", Settings::Unsafe, true, Expected::Loss).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kip_101_power_loss_of_both_replicas_with_flush_messages_1_loses_nothing() {
+    scenario("kip-101-power", Settings::Safe, true, Expected::Valid).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kip_101_power_loss_of_both_replicas_with_the_default_flush_loses_but_converges() {
+    scenario("kip-101-power", Settings::Unsafe, true, Expected::Loss).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kip_279_fast_failovers_with_unfetched_tails_lose_them_but_converge() {
+    scenario("kip-279", Settings::Unsafe, true, Expected::Loss).await;
+}
