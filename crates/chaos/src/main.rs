@@ -10,7 +10,7 @@ use clap::Parser;
 use syncline_chaos::nemesis::{parse_faults, FaultKind};
 use syncline_chaos::run::Settings;
 use syncline_chaos::run::{run, Options};
-use syncline_chaos::scenarios::{run_scenario, NAMES};
+use syncline_chaos::scenarios::{refused, run_scenario};
 
 /// Runs a cluster of real synclined processes under a workload and a nemesis
 /// of overlapping faults, heals it, and checks every operation's history.
@@ -86,11 +86,8 @@ fn main() -> ExitCode {
         }
     };
     if let Some(name) = args.scenario {
-        if !NAMES.contains(&name.as_str()) {
-            eprintln!(
-                "syncline-chaos: unknown scenario {name:?}: choose from {}",
-                NAMES.join(", ")
-            );
+        if let Some(e) = refused(&name, args.settings) {
+            eprintln!("syncline-chaos: --scenario: {e}");
             return ExitCode::from(2);
         }
         let outcome = runtime.block_on(interruptible(run_scenario(&name, args.settings)));

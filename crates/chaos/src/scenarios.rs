@@ -31,6 +31,21 @@ const ONE_VARIANT: [(&str, Settings); 3] = [
     ("zombie-controller", Settings::Safe),
 ];
 
+/// Why scenario `name` cannot run with `settings`, if it cannot: an unknown
+/// name, or settings it has no variant for.
+pub fn refused(name: &str, settings: Settings) -> Option<String> {
+    if !NAMES.contains(&name) {
+        return Some(format!(
+            "unknown scenario {name:?}: choose from {}",
+            NAMES.join(", ")
+        ));
+    }
+    ONE_VARIANT
+        .iter()
+        .find(|(n, s)| *n == name && *s != settings)
+        .map(|(_, only)| format!("scenario {name} has one variant: run it with --settings {only}"))
+}
+
 /// What a scenario is expected to show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expected {
@@ -193,11 +208,8 @@ fn why_not_net() -> String {
 
 /// Runs scenario `name` with `settings`.
 pub async fn run_scenario(name: &str, settings: Settings) -> anyhow::Result<ScenarioReport> {
-    if let Some((_, only)) = ONE_VARIANT
-        .iter()
-        .find(|(n, s)| *n == name && *s != settings)
-    {
-        anyhow::bail!("scenario {name} has one variant: run it with --settings {only}");
+    if let Some(e) = refused(name, settings) {
+        anyhow::bail!("{e}");
     }
     let mut script = Script::new();
     let (name, (expected, session)) = match name {
@@ -214,10 +226,7 @@ pub async fn run_scenario(name: &str, settings: Settings) -> anyhow::Result<Scen
             zombie_controller(&mut script, settings).await?,
         ),
         "power-loss" => ("power-loss", power_loss(&mut script, settings).await?),
-        other => anyhow::bail!(
-            "unknown scenario {other:?}: choose from {}",
-            NAMES.join(", ")
-        ),
+        other => anyhow::bail!("unknown scenario {other:?}"),
     };
     let (verdict, healed) = session.finish().await?;
     Ok(ScenarioReport {
