@@ -810,9 +810,44 @@ impl Session {
         let promise = Promise {
             min_isr: self.setup.min_isr as usize,
         };
-        Ok((check(&history, &after, promise), healed))
+        let verdict = check(&history, &after, promise);
+        if !verdict.valid() {
+            self.rig.keep_logs();
+        }
+        Ok((verdict, healed))
     }
 }
+
+impl Rig {
+    /// Copies the brokers' logs and configs to `$SYNCLINE_CHAOS_KEEP/<dir>/`
+    /// when that variable names a directory (after a violation: the cluster's
+    /// own directory goes with it).
+    fn keep_logs(&self) {
+        let Some(keep) = std::env::var_os(KEEP_VAR) else {
+            return;
+        };
+        let from = self.cluster.dir.path();
+        let Some(name) = from.file_name() else {
+            return;
+        };
+        let to = std::path::Path::new(&keep).join(name);
+        if std::fs::create_dir_all(&to).is_err() {
+            return;
+        }
+        for node in &self.cluster.nodes {
+            for file in [&node.log, &node.config] {
+                if let Some(n) = file.file_name() {
+                    let _ = std::fs::copy(file, to.join(n));
+                }
+            }
+        }
+        println!("broker logs kept in {}", to.display());
+    }
+}
+
+/// Names a directory where the brokers' logs of a run with a violation are
+/// kept.
+pub const KEEP_VAR: &str = "SYNCLINE_CHAOS_KEEP";
 
 /// Runs the harness once.
 pub async fn run(options: Options) -> anyhow::Result<Report> {

@@ -776,16 +776,25 @@ impl Log {
     // --- truncation ---
 
     /// Removes every batch that holds an offset at or after `offset`: a batch that
-    /// holds `offset` goes too, and the log end becomes its base offset. A no-op
-    /// when `offset` is at or past the log end; below the log start it is
+    /// holds `offset` goes too, and the log end becomes its base offset. No batch
+    /// goes when `offset` is at or past the log end; below the log start it is
     /// [`Log::truncate_fully_and_start_at`]. The epoch cache is truncated to the
-    /// new log end. For follower truncation after a leader change.
+    /// new log end, also when no batch went: an epoch this replica started as a
+    /// leader and wrote nothing in, before another leader was elected, starts at
+    /// the log end, and the leader has never heard of it (as Kafka's
+    /// `UnifiedLog.truncateTo`). Kept, it would be this follower's latest epoch
+    /// for ever, and each round of epoch truncation would ask about it again.
+    /// For follower truncation after a leader change.
     pub fn truncate_to(&mut self, offset: i64) -> Result<(), LogError> {
         self.check_failed()?;
         if offset < 0 {
             return Err(LogError::InvalidOffset(offset));
         }
         if offset >= self.log_end_offset() {
+            if self.epochs.truncate_from_end(self.log_end_offset()) {
+                let written = self.write_epochs();
+                self.fatal(written)?;
+            }
             return Ok(());
         }
         if offset <= self.log_start_offset() {
@@ -1272,6 +1281,29 @@ mod tests {
         let log = Log::open(dir.path(), config).unwrap();
         assert_eq!(log.producer_states(), &kept);
         assert!(!snapshot.exists());
+    }
+
+    #[test]
+    fn truncating_at_the_end_drops_an_epoch_that_wrote_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::open(dir.path(), config()).unwrap();
+        log.assign_epoch(3, 0).unwrap();
+        log.append_as_leader(&batch(3), 3, TS).unwrap();
+        // Leader in epoch 5 for a moment, without an append.
+        log.assign_epoch(5, 3).unwrap();
+        assert_eq!(log.latest_epoch(), Some(5));
+        // A follower again: truncation to the log end removes no batch, but the
+        // empty epoch goes (on disk too).
+        log.truncate_to(3).unwrap();
+        assert_eq!(log.log_end_offset(), 3);
+        assert_eq!(log.latest_epoch(), Some(3));
+        log.truncate_to(10).unwrap();
+        assert_eq!(log.latest_epoch(), Some(3));
+        log.close().unwrap();
+        drop(log);
+        let log = Log::open(dir.path(), config()).unwrap();
+        assert_eq!(log.latest_epoch(), Some(3));
+        assert_eq!(log.log_end_offset(), 3);
     }
 
     #[test]

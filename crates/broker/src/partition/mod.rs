@@ -747,8 +747,10 @@ impl Partition {
         core.check_follower(leader_epoch)?;
         let mut log = self.log.write();
         let before = log.log_end_offset();
+        // Also at or past the log end: the log then drops an epoch that starts
+        // there (one this replica led without writing), removing no batch.
+        log.truncate_to(offset).map_err(storage)?;
         if offset < before {
-            log.truncate_to(offset).map_err(storage)?;
             // The fetcher logs the truncation with its reason, at info.
             tracing::debug!(
                 partition = %self.tp, from = before, to = log.log_end_offset(),
