@@ -225,7 +225,10 @@ impl ClientError {
     /// credential or `security.protocol` need changing, not the network.
     pub fn is_security(&self) -> bool {
         match self {
-            ClientError::Tls { source, .. } => !tls_is_transient(source),
+            // A hang-up is retried, and may still be security.protocol.
+            ClientError::Tls { source, .. } => {
+                !tls_is_transient(source) || *source == syncline_tls::TlsError::HungUp
+            }
             ClientError::AuthenticationFailed { .. }
             | ClientError::SaslMechanism { .. }
             | ClientError::Sasl { .. } => true,
@@ -235,12 +238,14 @@ impl ClientError {
     }
 }
 
-/// A handshake that broke off or took too long may work next time; a refused
-/// certificate will not.
+/// A handshake that broke off (a broker going down hangs up mid-handshake) or
+/// took too long may work next time; a refused certificate will not.
 fn tls_is_transient(e: &syncline_tls::TlsError) -> bool {
     matches!(
         e,
-        syncline_tls::TlsError::Io(_) | syncline_tls::TlsError::Timeout(_)
+        syncline_tls::TlsError::Io(_)
+            | syncline_tls::TlsError::Timeout(_)
+            | syncline_tls::TlsError::HungUp
     )
 }
 

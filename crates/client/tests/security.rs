@@ -205,7 +205,7 @@ async fn sasl_ssl_connects_and_each_misconfiguration_says_what_is_wrong() {
 }
 
 #[tokio::test]
-async fn a_tls_client_to_a_plaintext_broker_is_told_the_peer_did_not_speak_tls() {
+async fn a_tls_client_to_a_plaintext_broker_is_told_to_check_security_protocol() {
     let addr = broker(None).await;
     let dir = tempfile::tempdir().unwrap();
     syncline_tls::create_ca(dir.path()).unwrap();
@@ -219,8 +219,12 @@ async fn a_tls_client_to_a_plaintext_broker_is_told_the_peer_did_not_speak_tls()
     );
     let err = metadata(&tls, &addr).await.unwrap_err();
     assert!(err.is_security(), "{err:?}");
+    // Retried (a broker going down hangs up the same way), with the hint.
+    assert!(err.is_retriable(), "{err:?}");
     assert!(
-        err.to_string().contains("the peer did not speak TLS"),
+        err.to_string()
+            .contains("closed the connection during the TLS handshake")
+            && err.to_string().contains("check security.protocol"),
         "{err}"
     );
     // The plaintext client is fine there.

@@ -99,6 +99,13 @@ async fn random_faults_under_acks_all_load_keep_every_invariant() {
     load.wait_progress("after the faults", 10, Duration::from_secs(60))
         .await;
     let report = load.finish().await;
+    // Why sends failed for good, if any did (the assertion below says how many).
+    for s in report.sent.iter().filter(|s| s.result.is_err()).take(5) {
+        println!(
+            "chaos: {} to partition {} failed: {:?}",
+            s.value, s.partition, s.result
+        );
+    }
     let verified = verify_load(&cluster, TOPIC, PARTITIONS, MIN_ISR as usize, &report).await;
     let history = watch.finish().await;
     println!(

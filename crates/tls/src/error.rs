@@ -138,6 +138,11 @@ pub enum TlsError {
         /// Who did not speak TLS.
         peer: Peer,
     },
+    /// The broker closed the connection during the handshake without a TLS
+    /// answer (client side): what a plaintext port does with a ClientHello, and
+    /// also what a broker going down does; a client retries it.
+    #[error("the peer closed the connection during the TLS handshake without a TLS answer (a plaintext port? check security.protocol; or the broker is going down)")]
+    HungUp,
     /// The broker requires a client certificate and this client has none
     /// (client side).
     #[error("the broker requires a client certificate (set ssl.certificate.location and ssl.key.location)")]
@@ -173,10 +178,11 @@ impl TlsError {
         }
         match e.kind() {
             // A plaintext server reads the ClientHello as a huge frame and hangs
-            // up without a word: no TLS server does that.
+            // up without a word; so does a broker that is going down (killed,
+            // or shutting down) while the handshake is under way.
             io::ErrorKind::UnexpectedEof
             | io::ErrorKind::ConnectionReset
-            | io::ErrorKind::ConnectionAborted => TlsError::NotTls { peer: Peer::Broker },
+            | io::ErrorKind::ConnectionAborted => TlsError::HungUp,
             _ => TlsError::Io(e.to_string()),
         }
     }
@@ -359,12 +365,16 @@ mod tests {
     }
 
     #[test]
-    fn eof_in_a_client_handshake_means_a_plaintext_port() {
-        let e = TlsError::from_client_handshake(
-            io::Error::new(io::ErrorKind::UnexpectedEof, "tls handshake eof"),
-            "h",
-        );
-        assert_eq!(e, TlsError::NotTls { peer: Peer::Broker });
+    fn eof_in_a_client_handshake_is_a_hang_up() {
+        // A plaintext port, or a broker going down: one error, retried.
+        for kind in [
+            io::ErrorKind::UnexpectedEof,
+            io::ErrorKind::ConnectionReset,
+            io::ErrorKind::ConnectionAborted,
+        ] {
+            let e = TlsError::from_client_handshake(io::Error::new(kind, "tls handshake eof"), "h");
+            assert_eq!(e, TlsError::HungUp, "{kind:?}");
+        }
         let e = TlsError::from_client_handshake(
             io::Error::new(
                 io::ErrorKind::InvalidData,

@@ -317,15 +317,20 @@ async fn a_tls_client_to_a_plaintext_server_says_the_peer_did_not_speak_tls() {
         drop(s);
     })
     .await;
-    for addr in [echo, hang_up] {
+    // The echo answers with what is not TLS; the hang-up answers nothing, as a
+    // broker going down would (so the client retries it), with the same hint.
+    for (addr, want) in [
+        (echo, TlsError::NotTls { peer: Peer::Broker }),
+        (hang_up, TlsError::HungUp),
+    ] {
         let tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
         let err = bounded(connect(&client, "127.0.0.1", tcp))
             .await
             .unwrap_err();
-        assert_eq!(err, TlsError::NotTls { peer: Peer::Broker }, "{addr}");
+        assert_eq!(err, want, "{addr}");
         assert!(
             err.to_string()
-                .contains("the peer did not speak TLS (a plaintext port? check security.protocol)"),
+                .contains("(a plaintext port? check security.protocol"),
             "{err}"
         );
     }
