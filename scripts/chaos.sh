@@ -14,6 +14,10 @@
 #                                             last-replica-standing, kip-101,
 #                                             kip-101-power, kip-279,
 #                                             zombie-controller, power-loss)
+#   scripts/chaos.sh --brokers 5 --partitions 6   a bigger cluster and topic
+#   scripts/chaos.sh --flush each|never|auto  fsync every append, never, or
+#                                             when safe with power loss (auto)
+#   SYNCLINE_CHAOS_KEEP=DIR scripts/chaos.sh  keep broker logs of a bad run
 #   scripts/chaos.sh --help                   every option
 #
 # Builds the release binaries first (SYNCLINE_NO_BUILD=1 uses them as they

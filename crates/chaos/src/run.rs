@@ -81,6 +81,8 @@ pub struct Report {
     pub skipped: Vec<String>,
     /// Each fault applied, with its time and target.
     pub timeline: Vec<String>,
+    /// The kind of each fault applied, in order.
+    pub started: Vec<FaultKind>,
     /// Faults of the schedule not applied (their target was down already).
     pub not_applied: usize,
     pub verdict: Verdict,
@@ -88,16 +90,9 @@ pub struct Report {
 }
 
 impl Report {
-    /// The timeline's lines of faults starting.
-    pub fn faults_started(&self) -> Vec<&String> {
-        self.timeline
-            .iter()
-            .filter(|t| {
-                t.split_whitespace()
-                    .nth(1)
-                    .is_some_and(|w| w.starts_with('+'))
-            })
-            .collect()
+    /// The kinds of the faults applied, in the order they started.
+    pub fn faults_started(&self) -> &[FaultKind] {
+        &self.started
     }
 
     /// True when every promise of the settings held.
@@ -131,9 +126,8 @@ impl fmt::Display for Report {
         }
         let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
         let started = self.faults_started();
-        for t in &started {
-            let kind = t.split_whitespace().nth(1).unwrap_or("?");
-            *kinds.entry(kind.trim_start_matches('+')).or_default() += 1;
+        for k in started {
+            *kinds.entry(k.name()).or_default() += 1;
         }
         let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
         writeln!(
@@ -487,6 +481,7 @@ struct Nemesis<'a> {
     down: BTreeSet<i32>,
     network: BTreeMap<usize, BTreeMap<(i32, i32), Link>>,
     timeline: Vec<String>,
+    started: Vec<FaultKind>,
     not_applied: usize,
     verbose: bool,
     epoch: Instant,
@@ -556,6 +551,7 @@ impl Nemesis<'_> {
                 }
             }
             self.down.insert(broker);
+            self.started.push(p.kind);
             self.log(format!("+{} broker {broker}{why} {hold}", p.kind));
             return Ok(Applied::Process {
                 kind: p.kind,
@@ -628,6 +624,7 @@ impl Nemesis<'_> {
         };
         self.network.insert(i, links);
         self.apply_network()?;
+        self.started.push(p.kind);
         self.log(format!("+{} {what} {hold}", p.kind));
         Ok(Applied::Network)
     }
@@ -877,6 +874,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         down: BTreeSet::new(),
         network: BTreeMap::new(),
         timeline: Vec::new(),
+        started: Vec::new(),
         not_applied: 0,
         verbose: options.verbose,
         epoch: session.epoch,
@@ -894,12 +892,17 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     for (i, a) in std::mem::take(&mut applied) {
         nemesis.end(i, a).await?;
     }
-    let (timeline, not_applied) = (std::mem::take(&mut nemesis.timeline), nemesis.not_applied);
+    let (timeline, started, not_applied) = (
+        std::mem::take(&mut nemesis.timeline),
+        std::mem::take(&mut nemesis.started),
+        nemesis.not_applied,
+    );
     let (verdict, healed) = session.finish().await?;
     Ok(Report {
         options: Options { faults, ..options },
         skipped,
         timeline,
+        started,
         not_applied,
         verdict,
         healed,

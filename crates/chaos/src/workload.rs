@@ -368,17 +368,11 @@ pub async fn fetch(
     if code != ErrorCode::None {
         return Ok(Err(code));
     }
-    let mut records = Vec::new();
-    for b in syncline_proto::batch::split(&p.records) {
-        let (_, bytes) = b?;
-        for r in syncline_proto::batch::records(bytes)?.iter() {
-            let r = r?;
-            if r.offset >= offset {
-                let value = r.view.value.unwrap_or_default();
-                records.push((r.offset, String::from_utf8_lossy(value).into_owned()));
-            }
-        }
-    }
+    let records = syncline_e2e::client::decode_batches(&p.records, offset)?
+        .into_iter()
+        .flat_map(|(_, records)| records)
+        .map(|(o, value)| (o, String::from_utf8_lossy(&value).into_owned()))
+        .collect();
     Ok(Ok((records, p.high_watermark)))
 }
 

@@ -76,6 +76,24 @@ pub async fn read_all(
 /// One fetched batch: its header and its (offset, value) records.
 pub type FetchedBatch = (BatchHeader, Vec<(i64, Vec<u8>)>);
 
+/// The batches of a fetch response's `records`, each with its (offset, value)
+/// records at or after `from` (a batch is served whole, from its base offset).
+pub fn decode_batches(records: &[u8], from: i64) -> anyhow::Result<Vec<FetchedBatch>> {
+    let mut out = Vec::new();
+    for b in syncline_proto::batch::split(records) {
+        let (header, bytes) = b?;
+        let mut kept = Vec::new();
+        for r in syncline_proto::batch::records(bytes)?.iter() {
+            let r = r?;
+            if r.offset >= from {
+                kept.push((r.offset, r.view.value.unwrap_or_default().to_vec()));
+            }
+        }
+        out.push((header, kept));
+    }
+    Ok(out)
+}
+
 /// As [`read_all`], batch by batch with each batch's header (as stored: its
 /// compression codec, its size).
 pub async fn read_batches(
@@ -117,15 +135,7 @@ pub async fn read_batches(
         let code = ErrorCode::from_wire(p.error_code);
         anyhow::ensure!(code == ErrorCode::None, "fetch at {offset}: {code}");
         let before = out.len();
-        for b in syncline_proto::batch::split(&p.records) {
-            let (header, bytes) = b?;
-            let mut records = Vec::new();
-            for r in syncline_proto::batch::records(bytes)?.iter() {
-                let r = r?;
-                if r.offset >= offset {
-                    records.push((r.offset, r.view.value.unwrap_or_default().to_vec()));
-                }
-            }
+        for (header, records) in decode_batches(&p.records, offset)? {
             if let Some((last, _)) = records.last() {
                 offset = last + 1;
                 out.push((header, records));
