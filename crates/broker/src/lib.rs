@@ -60,6 +60,7 @@ mod metadata_cache;
 pub mod metrics;
 pub mod net;
 pub mod partition;
+pub mod planted;
 mod producer_ids;
 mod quota;
 mod replica_manager;

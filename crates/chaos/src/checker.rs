@@ -43,6 +43,9 @@ pub enum Kind {
     /// No full ISR and readable acknowledged records within the bound after
     /// healing (I9).
     NotHealed,
+    /// A replica left the ISR with no fault in force near it (I11; judged by
+    /// the simulation, which knows every fault's time).
+    SpuriousShrink,
 }
 
 impl fmt::Display for Kind {
@@ -61,6 +64,7 @@ impl fmt::Display for Kind {
             Kind::Leadership => "leadership",
             Kind::ReplicasDiffer => "replicas differ",
             Kind::NotHealed => "not healed",
+            Kind::SpuriousShrink => "spurious ISR shrink",
         };
         f.write_str(name)
     }

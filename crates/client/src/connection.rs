@@ -90,12 +90,10 @@ impl Connection {
         client_id: &str,
         connect_timeout: Duration,
     ) -> Result<Connection, ClientError> {
-        let stream = tokio::time::timeout(connect_timeout, tokio::net::TcpStream::connect(addr))
+        let stream = tokio::time::timeout(connect_timeout, crate::dial::dial(addr))
             .await
             .map_err(|_| ClientError::ConnectTimeout(addr.to_string()))?
             .map_err(|e| ClientError::Connect(addr.to_string(), e))?;
-        // Requests are small and latency matters more than packet count.
-        let _ = stream.set_nodelay(true);
         Ok(Self::from_stream(
             stream,
             addr,

@@ -73,12 +73,10 @@ impl Connector {
 
     /// Connects to `addr` (`host:port`; the certificate must name `host`).
     pub async fn connect(&self, addr: &str) -> Result<Connection, ClientError> {
-        let tcp = tokio::time::timeout(self.connect_timeout, tokio::net::TcpStream::connect(addr))
+        let tcp = tokio::time::timeout(self.connect_timeout, crate::dial::dial(addr))
             .await
             .map_err(|_| ClientError::ConnectTimeout(addr.to_string()))?
             .map_err(|e| ClientError::Connect(addr.to_string(), e))?;
-        // Requests are small and latency matters more than packet count.
-        let _ = tcp.set_nodelay(true);
         match &self.tls {
             None => self.finish(tcp, addr).await,
             Some(tls) => {

@@ -87,6 +87,7 @@ pub mod config;
 pub mod connection;
 pub mod connector;
 pub mod consumer;
+pub mod dial;
 pub mod error;
 pub mod group_consumer;
 pub mod groups;

@@ -13,7 +13,7 @@ pub mod kcat;
 pub mod security;
 
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
@@ -648,23 +648,10 @@ impl Cluster {
     /// The raw bytes of whole batches of a partition's log on broker `id`, from the
     /// segment files, for every batch that ends below `below_offset`.
     pub fn log_bytes(&self, id: i32, topic: &str, partition: i32, below_offset: i64) -> Vec<u8> {
-        let dir = self.data_dir(id).join(format!("{topic}-{partition}"));
-        let mut segments: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
-            .unwrap_or_default();
-        segments.retain(|p| p.extension().is_some_and(|x| x == "log"));
-        segments.sort();
-        let mut out = Vec::new();
-        for seg in segments {
-            let bytes = std::fs::read(&seg).unwrap_or_default();
-            for b in syncline_proto::batch::split(&bytes) {
-                let Ok((h, batch)) = b else { break };
-                if h.last_offset() < below_offset {
-                    out.extend_from_slice(batch);
-                }
-            }
-        }
-        out
+        segment_bytes(
+            &self.data_dir(id).join(format!("{topic}-{partition}")),
+            below_offset,
+        )
     }
 
     /// GET /metrics of broker `id`, parsed: metric name (with labels) → value.
@@ -831,6 +818,27 @@ pub async fn connect_as_broker(
     )
     .await??;
     Ok(Connection::from_stream(stream, addr, "e2e", 100 << 20))
+}
+
+/// The batches below `below_offset` in a partition directory's segment files,
+/// in order (the bytes replicas must agree on).
+pub fn segment_bytes(dir: &Path, below_offset: i64) -> Vec<u8> {
+    let mut segments: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    segments.retain(|p| p.extension().is_some_and(|x| x == "log"));
+    segments.sort();
+    let mut out = Vec::new();
+    for seg in segments {
+        let bytes = std::fs::read(&seg).unwrap_or_default();
+        for b in syncline_proto::batch::split(&bytes) {
+            let Ok((h, batch)) = b else { break };
+            if h.last_offset() < below_offset {
+                out.extend_from_slice(batch);
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! No I/O and no clock: every method takes `now`. The partition shell executes what
 //! these methods decide (send an AlterPartition, wake the purgatories).
 
+use crate::planted::{self, Bug};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -252,8 +253,15 @@ impl LeaderState {
     }
 
     /// The replicas an acknowledgement up to `required_offset` rests on: the leader
-    /// and every ISR member known to have reached it.
+    /// and every ISR member known to have reached it. Below the high watermark
+    /// that is every member: each was in the ISR when the high watermark passed
+    /// the records, or joined having reached it. (The last fetch offset a
+    /// follower sent is no proof the other way: a fetch held up in the network
+    /// can arrive after later ones, with an older offset.)
     pub fn acked_isr(&self, required_offset: i64) -> Vec<i32> {
+        if required_offset <= self.high_watermark {
+            return self.maximal_isr();
+        }
         self.maximal_isr()
             .into_iter()
             .filter(|&r| {
@@ -304,7 +312,7 @@ impl LeaderState {
         if fetch_offset >= leader_leo {
             f.last_caught_up = f.last_caught_up.max(Some(now));
         } else if let Some((prev_time, prev_leo)) = f.last_fetch {
-            if fetch_offset >= prev_leo {
+            if fetch_offset >= prev_leo && !planted::active(Bug::NoSecondCaughtUpRule) {
                 f.last_caught_up = f.last_caught_up.max(Some(prev_time));
             }
         }
@@ -905,5 +913,21 @@ mod tests {
             .unwrap();
         assert_eq!(s.acked_isr(20), vec![1, 2]);
         assert_eq!(s.acked_isr(15), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn a_late_fetch_with_an_older_offset_does_not_shrink_the_acked_isr() {
+        // Found by the simulation (seed 105061): a fetch held up by a cut
+        // arrived after the follower's later fetches had moved the high
+        // watermark, and the acknowledgement then named the leader alone.
+        let t0 = Instant::now();
+        let mut s = leader(&[1, 2], 30, 10, 2, t0);
+        s.on_follower_fetch(t0, &fetch(2, 20, 30, 30, true))
+            .unwrap();
+        assert_eq!(s.high_watermark(), 30);
+        s.on_follower_fetch(t0, &fetch(2, 20, 12, 30, true))
+            .unwrap();
+        assert_eq!(s.acked_isr(30), vec![1, 2]);
+        assert_eq!(s.high_watermark(), 30, "the high watermark never goes back");
     }
 }
