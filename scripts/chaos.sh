@@ -35,14 +35,7 @@ PROG=chaos.sh
 
 case "${1:-}" in
 -h | --help)
-    usage_from_header "$0"
-    echo
-    echo "syncline-chaos's options:"
-    if [ -x target/release/syncline-chaos ]; then
-        target/release/syncline-chaos --help
-    else
-        echo "  (build first: cargo build --release --bins)"
-    fi
+    help_with_binary "$0" syncline-chaos "cargo build --release --bins"
     exit 0
     ;;
 esac

@@ -29,6 +29,19 @@ usage_from_header() {
     sed -n '2,/^set -euo/p' "$1" | sed '$d; s/^# \{0,1\}//'
 }
 
+# help_with_binary SCRIPT BINARY BUILD: the script's header, then the options
+# of the release binary it runs (or the command that builds it).
+help_with_binary() {
+    usage_from_header "$1"
+    echo
+    echo "$2's options:"
+    if [ -x "target/release/$2" ]; then
+        "target/release/$2" --help
+    else
+        echo "  (build first: $3)"
+    fi
+}
+
 # ---------------------------------------------------------------- processes
 
 # True while process $1 exists and is not a zombie.

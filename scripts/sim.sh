@@ -23,14 +23,7 @@ PROG=sim.sh
 
 case "${1:-}" in
 -h | --help)
-    usage_from_header "$0"
-    echo
-    echo "syncline-sim's options:"
-    if [ -x target/release/syncline-sim ]; then
-        target/release/syncline-sim --help
-    else
-        echo "  (build first: cargo build --release -p syncline-sim)"
-    fi
+    help_with_binary "$0" syncline-sim "cargo build --release -p syncline-sim"
     exit 0
     ;;
 esac

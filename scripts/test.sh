@@ -56,8 +56,8 @@ fi
 # seed in twenty catches it).
 SIM_SEEDS=${SYNCLINE_SIM_SEEDS:-500}
 echo "==> simulation: seeds 1..$SIM_SEEDS, then 5 random seeds"
-scripts/sim.sh --jobs 2 --seed 1 --seeds "$SIM_SEEDS"
-SYNCLINE_NO_BUILD=1 scripts/sim.sh --seeds 5
+scripts/sim.sh --jobs 2 --seed 1 --seeds "$SIM_SEEDS" --duration 10
+SYNCLINE_NO_BUILD=1 scripts/sim.sh --seeds 5 --duration 10
 echo "==> simulation: a planted bug (followers truncate to the high watermark) is caught"
 planted=$(mktemp)
 rc=0

@@ -17,7 +17,7 @@ use crate::history::{Final, History};
 use crate::nemesis::{schedule, FaultKind, Planned, Target};
 use crate::net::{Firewall, Link};
 use crate::power::Disk;
-use crate::workload::{fetch, leader_of, Brokers, Spec, Workload};
+use crate::workload::{leader_of, read_to_high_watermark, Brokers, Spec, Workload};
 
 /// What the run's settings promise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -374,23 +374,9 @@ impl Rig {
         let conn =
             syncline_client::Connection::connect(addr, "chaos-final", Duration::from_secs(2))
                 .await?;
-        let mut out: Vec<(i64, String)> = Vec::new();
-        loop {
-            let from = out.last().map_or(0, |(o, _)| o + 1);
-            let (records, hw) = fetch(&conn, TOPIC, partition, epoch, from, 0)
-                .await?
-                .map_err(|code| anyhow::anyhow!("fetch at {from}: {code}"))?;
-            let got = records.len();
-            out.extend(records);
-            let end = out.last().map_or(0, |(o, _)| o + 1);
-            if end >= hw {
-                return Ok(out);
-            }
-            anyhow::ensure!(
-                got > 0,
-                "the log ends at {end} below the high watermark {hw}"
-            );
-        }
+        Ok(read_to_high_watermark(&conn, TOPIC, partition, epoch)
+            .await?
+            .0)
     }
 }
 

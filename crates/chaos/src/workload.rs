@@ -376,6 +376,33 @@ pub async fn fetch(
     Ok(Ok((records, p.high_watermark)))
 }
 
+/// Every record of `partition` up to its high watermark, read
+/// as a consumer fenced by `epoch`: (records, high watermark).
+pub async fn read_to_high_watermark(
+    conn: &Connection,
+    topic: &str,
+    partition: i32,
+    epoch: i32,
+) -> anyhow::Result<(Vec<(i64, String)>, i64)> {
+    let mut out: Vec<(i64, String)> = Vec::new();
+    loop {
+        let from = out.last().map_or(0, |(o, _)| o + 1);
+        let (records, hw) = fetch(conn, topic, partition, epoch, from, 0)
+            .await?
+            .map_err(|code| anyhow::anyhow!("fetch at {from}: {code}"))?;
+        let got = records.len();
+        out.extend(records);
+        let end = out.last().map_or(0, |(o, _)| o + 1);
+        if end >= hw {
+            return Ok((out, hw));
+        }
+        anyhow::ensure!(
+            got > 0,
+            "the log ends at {end} below the high watermark {hw}"
+        );
+    }
+}
+
 async fn read_loop(
     brokers: Brokers,
     topic: String,

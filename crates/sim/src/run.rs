@@ -15,7 +15,7 @@ use syncline_broker::planted::{self, Bug};
 use syncline_broker::BrokerConfig;
 use syncline_chaos::checker::{self, check, Promise, Verdict, Violation};
 use syncline_chaos::history::{Final, History, Outcome as SendOutcome};
-use syncline_chaos::workload::{fetch, leader_of, Brokers, Spec, Workload};
+use syncline_chaos::workload::{leader_of, read_to_high_watermark, Brokers, Spec, Workload};
 use syncline_client::{Acks, Admin, ClientConfig, Connection, NewTopic};
 use syncline_proto::pb::{self, request::Body, response::Body as Resp};
 use syncline_proto::ErrorCode;
@@ -840,21 +840,6 @@ async fn read_once(
         })
         .ok_or_else(|| anyhow::anyhow!("broker {leader} does not lead partition {p}"))?;
     let conn = Connection::connect(addr, "sim-final", REQUEST_TIMEOUT).await?;
-    let mut out: Vec<(i64, String)> = Vec::new();
-    loop {
-        let from = out.last().map_or(0, |(o, _)| o + 1);
-        let (records, hw) = fetch(&conn, TOPIC, p, epoch, from, 0)
-            .await?
-            .map_err(|code| anyhow::anyhow!("fetch at {from}: {code}"))?;
-        let got = records.len();
-        out.extend(records);
-        let end = out.last().map_or(0, |(o, _)| o + 1);
-        if end >= hw {
-            return Ok((out, leader, hw, view.replicas));
-        }
-        anyhow::ensure!(
-            got > 0,
-            "the log ends at {end} below the high watermark {hw}"
-        );
-    }
+    let (records, hw) = read_to_high_watermark(&conn, TOPIC, p, epoch).await?;
+    Ok((records, leader, hw, view.replicas))
 }
