@@ -43,7 +43,10 @@ pub struct Options {
     pub unauthenticated_internal_apis: bool,
 }
 
-fn config_text(
+/// Broker `id`'s config: its listener `addr`, the controller quorum of
+/// `voters` (brokers 1..=voters.len()), its log dir under `dir`, and `extra`
+/// TOML lines.
+pub fn config_text(
     id: i32,
     addr: &str,
     voters: &[String],

@@ -78,14 +78,21 @@ impl std::str::FromStr for Kind {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Kind, String> {
-        Kind::ALL
-            .into_iter()
-            .find(|k| k.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
-                format!("no fault kind \"{s}\" (choose from {})", names.join(", "))
-            })
+        by_name(s, &Kind::ALL, Kind::name, "fault kind")
     }
+}
+
+/// The one of `all` whose `name` is `s`, or an error naming the choices.
+pub fn by_name<T: Copy>(
+    s: &str,
+    all: &[T],
+    name: fn(T) -> &'static str,
+    what: &str,
+) -> Result<T, String> {
+    all.iter().copied().find(|&t| name(t) == s).ok_or_else(|| {
+        let names: Vec<&str> = all.iter().map(|&t| name(t)).collect();
+        format!("no {what} \"{s}\" (choose from {})", names.join(", "))
+    })
 }
 
 impl Fault {

@@ -17,6 +17,8 @@ use syncline_chaos::checker::{self, check, Promise, Verdict, Violation};
 use syncline_chaos::history::{Final, History, Outcome as SendOutcome};
 use syncline_chaos::workload::{leader_of, read_to_high_watermark, Brokers, Spec, Workload};
 use syncline_client::{Acks, Admin, ClientConfig, Connection, NewTopic};
+use syncline_e2e::checks::FAST_TIMERS;
+use syncline_e2e::inprocess::config_text;
 use syncline_proto::pb::{self, request::Body, response::Body as Resp};
 use syncline_proto::ErrorCode;
 use tokio::time::Instant;
@@ -44,12 +46,11 @@ pub const DEFAULT_LATENCY: Duration = Duration::from_millis(5);
 /// One request's bound on the client.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The brokers' settings: the fault harness' safe settings with its fast
-/// timers.
-const BROKER_TOML: &str = "min_insync_replicas = 2\n\
-                           replica_lag_time_max_ms = 2000\n\
-                           broker_session_timeout_ms = 3000\n\
-                           broker_heartbeat_interval_ms = 500\n";
+/// The brokers' settings: the fault harness' safe settings with the tests'
+/// fast timers.
+fn broker_toml() -> String {
+    format!("min_insync_replicas = 2\n{FAST_TIMERS}")
+}
 
 /// What one run does.
 #[derive(Debug, Clone)]
@@ -111,13 +112,7 @@ impl std::str::FromStr for Plant {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Plant, String> {
-        Plant::ALL
-            .into_iter()
-            .find(|p| p.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<&str> = Plant::ALL.iter().map(|p| p.name()).collect();
-                format!("no planted bug \"{s}\" (choose from {})", names.join(", "))
-            })
+        crate::plan::by_name(s, &Plant::ALL, Plant::name, "planted bug")
     }
 }
 
@@ -239,26 +234,6 @@ fn host(n: i32) -> String {
     } else {
         format!("b{n}")
     }
-}
-
-fn config_text(id: i32, addrs: &[String], dir: &std::path::Path) -> String {
-    let voters = addrs.len().min(3);
-    let roles = if id as usize <= voters {
-        "broker,controller"
-    } else {
-        "broker"
-    };
-    let quorum: Vec<String> = (1..)
-        .zip(&addrs[..voters])
-        .map(|(id, addr)| format!("{id}@{addr}"))
-        .collect();
-    format!(
-        "node_id = {id}\nlisteners = \"{}\"\nlog_dirs = \"{}\"\nprocess_roles = \"{roles}\"\n\
-         controller_quorum_voters = \"{}\"\n{BROKER_TOML}",
-        addrs[id as usize - 1],
-        dir.join(format!("broker-{id}")).display(),
-        quorum.join(",")
-    )
 }
 
 /// What the client host hands the driver at its end.
@@ -393,7 +368,15 @@ pub fn run(options: &Options) -> anyhow::Result<Report> {
         .map(|b| format!("{}:{PORT}", sim.lookup(host(b))))
         .collect();
     for b in 1..=brokers {
-        let text = config_text(b, &addrs, dir.path());
+        let voters = &addrs[..addrs.len().min(3)];
+        let text = config_text(
+            b,
+            &addrs[b as usize - 1],
+            voters,
+            dir.path(),
+            &broker_toml(),
+            None,
+        );
         let truncation = if options.planted.contains(&Plant::HighWatermarkTruncation) {
             TruncationRule::HighWatermark
         } else {
