@@ -137,6 +137,10 @@ pub(crate) struct ProducerBatch {
     /// An idempotent producer's numbering of the encoded bytes: the producer
     /// generation (see [`Accumulator`]) and the base sequence.
     stamp: Option<(u32, i32)>,
+    /// The leader refused the last attempt's numbering (a sequence or producer
+    /// epoch error): nothing of that attempt was written, so the batch may be
+    /// numbered anew. Cleared at every send.
+    numbering_refused: bool,
 }
 
 impl ProducerBatch {
@@ -152,6 +156,7 @@ impl ProducerBatch {
             compression,
             appends_closed: false,
             stamp: None,
+            numbering_refused: false,
             id,
             tp,
             builder: Some(BatchBuilder::with_capacity(base_timestamp, capacity)),
@@ -379,9 +384,13 @@ impl Accumulator {
     /// The idempotent producer starts a new generation, as Kafka's does after a
     /// sequence it cannot resolve (KIP-360): the next epoch of its id (a new id
     /// once the epoch is exhausted, or when `new_id`), sequence 0 in every
-    /// partition. Batches numbered before are numbered again when next sent; a
-    /// late one of the old epoch that reaches a leader is fenced. Only the first
-    /// batch of a generation to report trouble resets it.
+    /// partition. A batch numbered before is numbered again when next sent only
+    /// if it was never sent or a leader refused its numbering; one sent before
+    /// and not refused (in any partition: the trouble was another batch's) may
+    /// be in a leader's log, whose producer state recognises a retry only under
+    /// that numbering, so it keeps it (Kafka rewrites only the partitions that
+    /// asked for the bump), and its partition's new batches wait for it. Only the
+    /// first batch of a generation to report trouble resets it.
     fn reset_producer(&mut self, batch_generation: u32, new_id: bool) {
         if batch_generation != self.generation {
             return;
@@ -425,7 +434,7 @@ impl Accumulator {
     ///   generation, and the retry starts its sequence again.
     pub(crate) fn sequence_error(
         &mut self,
-        batch: &ProducerBatch,
+        batch: &mut ProducerBatch,
         code: ErrorCode,
     ) -> Option<bool> {
         let (generation, _) = batch.stamp.filter(|_| self.config.idempotent)?;
@@ -437,6 +446,7 @@ impl Accumulator {
         ) {
             return None;
         }
+        batch.numbering_refused = true;
         if generation != self.generation {
             return Some(true);
         }
@@ -484,10 +494,12 @@ impl Accumulator {
     /// Numbers a batch about to be sent: an idempotent producer's next sequence
     /// numbers of its partition are its own from now on (a retry resends the same
     /// bytes, and the leader writes them once), unless the producer moved to a
-    /// new generation since, which numbers them anew.
+    /// new generation since and a leader refused the batch's numbering, which
+    /// numbers it anew (see [`Accumulator::reset_producer`]).
     fn encode_for_send(&mut self, batch: &mut ProducerBatch) {
         let current = self.generation;
-        if batch.is_encoded() && batch.stamp.is_none_or(|(g, _)| g == current) {
+        let refused = std::mem::take(&mut batch.numbering_refused);
+        if batch.is_encoded() && batch.stamp.is_none_or(|(g, _)| g == current || !refused) {
             return;
         }
         let Some((id, epoch)) = self.producer.filter(|_| self.config.idempotent) else {
@@ -681,10 +693,13 @@ impl Accumulator {
             batch.retry_at = None;
             batch.leader_epoch = epoch;
             if self.config.idempotent {
+                // The generation of its numbering (an older one for a batch
+                // that keeps it).
+                let generation = batch.stamp.map_or(self.generation, |(g, _)| g);
                 self.in_flight
                     .entry(tp.clone())
                     .or_default()
-                    .insert(batch.id, self.generation);
+                    .insert(batch.id, generation);
             } else if self.config.guarantee_order {
                 self.muted.insert(tp.clone());
             }
@@ -950,22 +965,22 @@ mod tests {
         }
         acc.set_producer(77, 3);
         let later = t0 + 10 * MS;
-        let b0 = drain_one(&mut acc, later).unwrap();
-        let b1 = drain_one(&mut acc, later).unwrap();
+        let mut b0 = drain_one(&mut acc, later).unwrap();
+        let mut b1 = drain_one(&mut acc, later).unwrap();
         assert_eq!(
-            acc.sequence_error(&b1, ErrorCode::NotLeaderOrFollower),
+            acc.sequence_error(&mut b1, ErrorCode::NotLeaderOrFollower),
             None,
             "not a sequence error"
         );
         // b1 out of order while b0 is in flight: b0's failure explains it.
         assert_eq!(
-            acc.sequence_error(&b1, ErrorCode::OutOfOrderSequenceNumber),
+            acc.sequence_error(&mut b1, ErrorCode::OutOfOrderSequenceNumber),
             Some(true)
         );
         assert_eq!(acc.producer, Some((77, 3)), "no new epoch for that");
         // b0 finds the leader without the producer's state: a new epoch.
         assert_eq!(
-            acc.sequence_error(&b0, ErrorCode::UnknownProducerId),
+            acc.sequence_error(&mut b0, ErrorCode::UnknownProducerId),
             Some(true)
         );
         assert_eq!(acc.producer, Some((77, 4)));
@@ -976,7 +991,7 @@ mod tests {
         );
         // b1 of the old epoch comes back fenced: retried, no second new epoch.
         assert_eq!(
-            acc.sequence_error(&b1, ErrorCode::InvalidProducerEpoch),
+            acc.sequence_error(&mut b1, ErrorCode::InvalidProducerEpoch),
             Some(true)
         );
         assert_eq!(acc.producer, Some((77, 4)));
@@ -1001,6 +1016,60 @@ mod tests {
         let b = drain_one(&mut acc, later).unwrap();
         acc.producer_failed(&b);
         assert!(acc.needs_producer_id());
+    }
+
+    /// A new epoch for one partition's trouble leaves another partition's
+    /// batch, sent and not refused, numbered as it was: it may be in its
+    /// leader's log, and only that numbering makes its retry a duplicate there.
+    /// Once nothing of the old epoch is in flight there, the partition's new
+    /// batches start the new epoch at sequence 0.
+    #[tokio::test(start_paused = true)]
+    async fn a_new_epoch_keeps_the_numbering_of_other_partitions_sent_batches() {
+        let mut acc = idempotent(5);
+        let t0 = Instant::now();
+        let (a, b) = (TopicPartition::new("t", 0), TopicPartition::new("t", 2));
+        for _ in 0..6 {
+            push(&mut acc, &a, &value(60), t0);
+            push(&mut acc, &b, &value(60), t0);
+        }
+        acc.set_producer(77, 3);
+        let later = t0 + 10 * MS;
+        let drain_tp = |acc: &mut Accumulator, tp: &TopicPartition| {
+            let only = |p: &TopicPartition| (p == tp).then(|| leaders(p)).flatten();
+            let mut d = acc.drain(1, only, 1 << 20, later);
+            assert!(d.len() <= 1);
+            d.pop()
+        };
+        let mut a0 = drain_tp(&mut acc, &a).unwrap();
+        let mut b0 = drain_tp(&mut acc, &b).unwrap();
+        let b0_numbering = numbering(&mut b0);
+        // a0's leader has no state of the producer: a new epoch.
+        assert_eq!(
+            acc.sequence_error(&mut a0, ErrorCode::UnknownProducerId),
+            Some(true)
+        );
+        assert_eq!(acc.producer, Some((77, 4)));
+        // b0 timed out (maybe written): resent with its old numbering.
+        acc.reenqueue(b0, Duration::ZERO, later);
+        let mut again_b0 = drain_tp(&mut acc, &b).unwrap();
+        assert_eq!(
+            numbering(&mut again_b0),
+            b0_numbering,
+            "b0 kept its numbering"
+        );
+        assert!(
+            drain_tp(&mut acc, &b).is_none(),
+            "b's next batch waits for the old epoch's"
+        );
+        // a0 was refused: numbered anew.
+        acc.reenqueue(a0, Duration::ZERO, later);
+        let mut again_a0 = drain_tp(&mut acc, &a).unwrap();
+        let (pid, epoch, seq, _) = numbering(&mut again_a0);
+        assert_eq!((pid, epoch, seq), (77, 4, 0), "a0 numbered anew");
+        acc.completed(&again_b0);
+        let mut b1 = drain_tp(&mut acc, &b).unwrap();
+        let (pid, epoch, seq, _) = numbering(&mut b1);
+        assert_eq!((pid, epoch, seq), (77, 4, 0), "b starts the new epoch at 0");
     }
 
     #[tokio::test(start_paused = true)]

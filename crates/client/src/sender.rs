@@ -429,7 +429,7 @@ impl Sender {
         response: &pb::ProduceResponse,
         now: Instant,
     ) {
-        for batch in batches {
+        for mut batch in batches {
             let answer = response
                 .topics
                 .iter()
@@ -446,7 +446,6 @@ impl Sender {
             };
             let code = ErrorCode::from_wire(answer.error_code);
             if code == ErrorCode::None {
-                let mut batch = batch;
                 batch.complete(answer);
                 self.shared.state.lock().accumulator.completed(&batch);
                 continue;
@@ -472,7 +471,7 @@ impl Sender {
                 .state
                 .lock()
                 .accumulator
-                .sequence_error(&batch, code)
+                .sequence_error(&mut batch, code)
                 .unwrap_or_else(|| code.is_retriable());
             self.retry_or_fail(batch, error, retriable, now);
         }
