@@ -78,11 +78,24 @@ impl Cluster {
             .with_metadata(|m| m.brokers.get(&id).map(|b| b.address()))
             .ok_or(ClientError::UnknownBroker(id))?;
         let slot = self.brokers.lock().entry(id).or_default().clone();
-        let mut slot = slot.lock().await;
-        if let Some(conn) = slot.as_ref().filter(|c| !c.is_closed() && c.peer() == addr) {
-            return Ok(conn.clone());
+        let usable = |c: &Option<Connection>| {
+            c.as_ref()
+                .filter(|c| !c.is_closed() && c.peer() == addr)
+                .cloned()
+        };
+        if let Some(conn) = usable(&*slot.lock().await) {
+            return Ok(conn);
         }
+        // Connect without holding the slot: a caller's future may stop being
+        // polled while it connects (a consumer's fetch left in flight when its
+        // poll returns), and a slot held by it would block every other request
+        // to the broker for good. Two racing connects keep the first stored.
         let conn = self.open(&addr).await?;
+        let mut slot = slot.lock().await;
+        if let Some(stored) = usable(&slot) {
+            conn.close();
+            return Ok(stored);
+        }
         *slot = Some(conn.clone());
         Ok(conn)
     }
@@ -306,6 +319,42 @@ impl Cluster {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A connect left unfinished by a future nobody polls any more (a
+    /// consumer's fetch in flight when its poll returned) does not block the
+    /// next request to that broker: it connects on its own.
+    #[tokio::test(start_paused = true)]
+    async fn a_connect_nobody_polls_blocks_no_other_request_to_the_broker() {
+        let (cluster, _peer) = crate::testing::cluster_with_peer(ClientConfig::new("b1:9092"), 1);
+        cluster.brokers.lock().clear();
+        let dials = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = dials.clone();
+        let dialer: crate::dial::Dialer = Arc::new(move |_addr| {
+            let first = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+            Box::pin(async move {
+                if first {
+                    // Never answers (a SYN into a black hole).
+                    std::future::pending::<()>().await;
+                }
+                let (stream, _far) = tokio::io::duplex(64);
+                std::mem::forget(_far);
+                Ok(Box::new(stream) as crate::dial::BoxStream)
+            })
+        });
+        crate::dial::set_thread_dialer(Some(dialer));
+        let mut stuck = Box::pin(cluster.broker_connection(1));
+        assert!(
+            futures::poll!(stuck.as_mut()).is_pending(),
+            "the first connect hangs"
+        );
+        let next = tokio::time::timeout(Duration::from_secs(1), cluster.broker_connection(1)).await;
+        crate::dial::set_thread_dialer(None);
+        assert!(
+            matches!(next, Ok(Ok(_))),
+            "the second request waited behind the first connect: {next:?}"
+        );
+        assert_eq!(dials.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_request_timeout_closes_the_connection() {
