@@ -131,6 +131,18 @@ fn assignment(partitions: &[TopicPartition]) -> Bytes {
     versioned(0, &a)
 }
 
+/// Whether a failed request to the coordinator means the group must find its
+/// coordinator again: the broker cannot be reached, or it answered (for the
+/// whole request) that it does not coordinate the group (any more, or yet:
+/// the group's offsets partition moved, or its new leader is still loading).
+fn moves_the_coordinator(e: &ClientError) -> bool {
+    e.is_connectivity()
+        || matches!(
+            e.code(),
+            Some(ErrorCode::NotCoordinator | ErrorCode::CoordinatorNotAvailable)
+        )
+}
+
 fn protocol_error(code: ErrorCode, what: &str) -> ClientError {
     ClientError::Protocol {
         code,
@@ -331,7 +343,7 @@ impl GroupConsumer {
             .cluster()
             .send_to_within(coordinator, body, timeout)
             .await;
-        if answer.as_ref().is_err_and(ClientError::is_connectivity) {
+        if answer.as_ref().is_err_and(moves_the_coordinator) {
             self.coordinator = None;
         }
         answer
@@ -562,6 +574,27 @@ impl GroupConsumer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A whole-request NOT_COORDINATOR (the group's offsets partition moved)
+    /// sends the member looking for its coordinator again, as a lost
+    /// connection does; other refusals keep it.
+    #[test]
+    fn not_coordinator_for_the_whole_request_forgets_the_coordinator() {
+        let protocol = |code| ClientError::Protocol {
+            code,
+            message: String::new(),
+        };
+        let cases = [
+            (protocol(ErrorCode::NotCoordinator), true),
+            (protocol(ErrorCode::CoordinatorNotAvailable), true),
+            (ClientError::Disconnected("b1:9092".into()), true),
+            (protocol(ErrorCode::UnknownMemberId), false),
+            (protocol(ErrorCode::RebalanceInProgress), false),
+        ];
+        for (e, moves) in cases {
+            assert_eq!(moves_the_coordinator(&e), moves, "{e}");
+        }
+    }
 
     fn subs(members: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
         members
