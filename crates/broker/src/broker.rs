@@ -766,16 +766,22 @@ impl BrokerHandle {
         &self.broker
     }
 
-    /// Fires when the broker must stop on its own (the controller's metadata log
-    /// failed).
+    /// Fires when the broker must stop on its own: the controller's metadata
+    /// log, or a partition's log, failed.
     pub fn fatal(&self) -> CancellationToken {
         self.fatal.clone()
     }
 
     /// Clean shutdown: controlled shutdown (leadership moves away), stop serving,
-    /// flush and checkpoint every log.
+    /// flush and checkpoint every log. After [`BrokerHandle::fatal`] fired
+    /// there is no controlled shutdown: the broker stops at once, as Kafka's
+    /// halts when its log directory fails, rather than serve on for up to
+    /// `controlled_shutdown_timeout_ms` from logs it cannot trust.
     pub async fn shutdown(self) {
         self.shutdown.cancel();
+        if self.fatal.is_cancelled() {
+            self.lifecycle.abort();
+        }
         // The lifecycle task runs the controlled shutdown before it returns; the
         // server keeps serving meanwhile so this broker hears of its new roles.
         let _ = self.lifecycle.await;
@@ -986,6 +992,7 @@ pub async fn start_on(
         rm.clone(),
         config.clone(),
         background.clone(),
+        fatal.clone(),
     )));
     let lifecycle = {
         let (config, rm, metadata, shutdown, background) = (
@@ -1016,8 +1023,17 @@ pub async fn start_on(
     })
 }
 
-/// The broker's timers: ISR shrink checks, HW checkpoints, flush policy, retention.
-async fn periodic(rm: Arc<ReplicaManager>, config: Arc<BrokerConfig>, shutdown: CancellationToken) {
+/// The broker's timers: ISR shrink checks, HW checkpoints, flush policy,
+/// retention; and, with the flush policy's, the watch for a failed log: then
+/// `fatal` fires and the broker stops, as Kafka's does when its only log
+/// directory fails (the files may not hold what the broker believes, e.g.
+/// after a failed fsync; the restart's recovery checks them).
+async fn periodic(
+    rm: Arc<ReplicaManager>,
+    config: Arc<BrokerConfig>,
+    shutdown: CancellationToken,
+    fatal: CancellationToken,
+) {
     use tokio::time::{sleep_until, Instant};
     let checkpoint_every =
         Duration::from_millis(config.replica_high_watermark_checkpoint_interval_ms);
@@ -1049,6 +1065,11 @@ async fn periodic(rm: Arc<ReplicaManager>, config: Arc<BrokerConfig>, shutdown: 
         if now >= next_flush {
             rm.flush_due();
             next_flush = now + flush_every;
+            if let Some((tp, why)) = rm.failed_log() {
+                tracing::error!(partition = %tp, error = %why, "a log failed: the broker stops; restart it to recover its logs");
+                fatal.cancel();
+                return;
+            }
         }
         if now >= next_retention {
             rm.apply_retention();

@@ -451,6 +451,7 @@ struct RawConfig {
     controller_quorum_election_timeout_ms: Option<i64>,
     controller_quorum_request_timeout_ms: Option<i64>,
     controller_quorum_commit_timeout_ms: Option<i64>,
+    controller_socket_timeout_ms: Option<i64>,
     metadata_snapshot_max_new_records: Option<i64>,
     controlled_shutdown_enable: Option<bool>,
     controlled_shutdown_timeout_ms: Option<i64>,
@@ -641,6 +642,11 @@ pub struct BrokerConfig {
     /// past it the change fails with an error naming the lost quorum and the
     /// active controller resigns (not a Kafka config). Default 5000.
     pub controller_quorum_commit_timeout_ms: u64,
+    /// Longest wait of the active controller for a broker to take one
+    /// LeaderAndIsr (connect, then answer), in ms; past it the controller
+    /// sends that broker its whole image again (Kafka's
+    /// `controller.socket.timeout.ms`). Default 10000.
+    pub controller_socket_timeout_ms: u64,
     /// The controller voters snapshot the metadata image and drop the log behind
     /// the snapshot after this many new records (Kafka counts bytes:
     /// `metadata.log.max.record.bytes.between.snapshots`). Default 1000.
@@ -1117,6 +1123,13 @@ impl BrokerConfig {
             10,
             600_000,
         )? as u64;
+        let controller_socket_timeout_ms = in_range(
+            "controller_socket_timeout_ms",
+            raw.controller_socket_timeout_ms,
+            10_000,
+            10,
+            600_000,
+        )? as u64;
         let metadata_snapshot_max_new_records = in_range(
             "metadata_snapshot_max_new_records",
             raw.metadata_snapshot_max_new_records,
@@ -1146,6 +1159,7 @@ impl BrokerConfig {
             controller_quorum_election_timeout_ms,
             controller_quorum_request_timeout_ms,
             controller_quorum_commit_timeout_ms,
+            controller_socket_timeout_ms,
             metadata_snapshot_max_new_records,
             broker_rack: rack,
             metrics_listen,
@@ -1572,6 +1586,7 @@ mod tests {
         assert_eq!(c.controller_quorum_election_timeout_ms, 500);
         assert_eq!(c.controller_quorum_request_timeout_ms, 2_000);
         assert_eq!(c.controller_quorum_commit_timeout_ms, 5_000);
+        assert_eq!(c.controller_socket_timeout_ms, 10_000);
         assert_eq!(c.metadata_snapshot_max_new_records, 10);
         // A broker that is not a voter follows the quorum all the same.
         let plain = BrokerConfig::parse(

@@ -49,7 +49,6 @@ use crate::net::Network;
 const QUEUE: usize = 1024;
 /// Pause between attempts to reach a broker that did not answer.
 const PUSH_BACKOFF: Duration = Duration::from_millis(200);
-const PUSH_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause before a leader that could not take office tries again.
 const RETAKE_PAUSE: Duration = Duration::from_millis(100);
 
@@ -232,6 +231,7 @@ pub(crate) async fn start(
         commands: tx.clone(),
         shutdown: shutdown.clone(),
         commit_timeout: Duration::from_millis(config.controller_quorum_commit_timeout_ms),
+        push_timeout: Duration::from_millis(config.controller_socket_timeout_ms),
         session: Duration::from_millis(config.broker_session_timeout_ms),
         last_leader: None,
         scram_bootstrap_file: config.scram_bootstrap_file.clone(),
@@ -296,6 +296,8 @@ struct Host {
     commands: mpsc::Sender<Command>,
     shutdown: CancellationToken,
     commit_timeout: Duration,
+    /// `controller_socket_timeout_ms`: one LeaderAndIsr's bound.
+    push_timeout: Duration,
     session: Duration,
     /// The (term, leader) last seen, to count elections.
     last_leader: Option<(u64, i32)>,
@@ -748,6 +750,7 @@ impl Host {
                 outbox: Mutex::new(Outbox::default()),
                 notify: Notify::new(),
                 cancel: self.shutdown.child_token(),
+                timeout: self.push_timeout,
             });
             tokio::spawn(
                 sender
@@ -937,6 +940,8 @@ struct BrokerSender {
     outbox: Mutex<Outbox>,
     notify: Notify,
     cancel: CancellationToken,
+    /// `controller_socket_timeout_ms`.
+    timeout: Duration,
 }
 
 /// Requests waiting to be sent, each with a sequence number so that a request
@@ -1019,7 +1024,7 @@ impl BrokerSender {
         let c = match conn.as_ref().filter(|c| !c.is_closed()) {
             Some(c) => c.clone(),
             None => {
-                let stream = tokio::time::timeout(PUSH_TIMEOUT, network.connect(&self.address))
+                let stream = tokio::time::timeout(self.timeout, network.connect(&self.address))
                     .await
                     .map_err(|_| "connect timed out".to_string())?
                     .map_err(|e| e.to_string())?;
@@ -1029,7 +1034,7 @@ impl BrokerSender {
             }
         };
         let body = pb::request::Body::LeaderAndIsr(request);
-        match tokio::time::timeout(PUSH_TIMEOUT, c.send(body)).await {
+        match tokio::time::timeout(self.timeout, c.send(body)).await {
             Err(_) => Err("timed out".into()),
             Ok(Err(e)) => Err(e.to_string()),
             Ok(Ok(pb::response::Body::LeaderAndIsr(r))) => match ErrorCode::from_wire(r.error_code)

@@ -374,6 +374,12 @@ impl FetcherTask {
         let replica_fetch_max_bytes = self.config().replica_fetch_max_bytes as i32;
         let mut wants = Wants::default();
         for mut r in rounds {
+            // A failed log (an fsync failed: its end may hold what is not on
+            // disk) is fetched for no more, so that its end never counts
+            // towards the leader's high watermark; the broker stops.
+            if r.partition.log_failure().is_some() {
+                continue;
+            }
             // Read outside the fetcher's lock: no log lock is taken under it.
             let (log_end_offset, latest_epoch, log_start_offset) =
                 r.partition.follower_fetch_position();

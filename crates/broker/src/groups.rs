@@ -71,8 +71,30 @@ pub(crate) struct GroupManager {
     seeds: AtomicU64,
 }
 
-fn now_ms() -> i64 {
-    syncline_proto::wall_clock_ms()
+/// The group coordinator's clock: milliseconds since the Unix epoch, read
+/// from the wall clock once and advanced from then on by tokio's monotonic
+/// clock. Its timers (sessions, rebalances, the initial rebalance delay) so
+/// run on `tokio::time` like every other rule: a wall clock stepped back or
+/// forth does not expire every session at once or stall a rebalance, and a
+/// simulation's clock drives them. Commit timestamps stay wall-clock times.
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    wall_ms: i64,
+    at: tokio::time::Instant,
+}
+
+impl Clock {
+    fn start() -> Clock {
+        Clock {
+            wall_ms: syncline_proto::wall_clock_ms(),
+            at: tokio::time::Instant::now(),
+        }
+    }
+
+    fn now_ms(&self) -> i64 {
+        let elapsed = i64::try_from(self.at.elapsed().as_millis()).unwrap_or(i64::MAX);
+        self.wall_ms.saturating_add(elapsed)
+    }
 }
 
 impl GroupManager {
@@ -141,6 +163,7 @@ impl GroupManager {
                 ),
                 waiting: HashMap::new(),
                 next_request: 0,
+                clock: Clock::start(),
             };
             tokio::spawn(task.run(rx, stop.clone()));
             shards.insert(
@@ -291,6 +314,7 @@ struct ShardTask {
     /// Requests whose answer the coordinator holds, by the id it was given.
     waiting: HashMap<RequestId, Responder>,
     next_request: u64,
+    clock: Clock,
 }
 
 impl ShardTask {
@@ -298,7 +322,7 @@ impl ShardTask {
         match self.load() {
             Ok(records) => {
                 let count = records.len();
-                self.coordinator.load(records, now_ms());
+                self.coordinator.load(records, self.clock.now_ms());
                 tracing::info!(
                     partition = self.partition,
                     records = count,
@@ -318,19 +342,19 @@ impl ShardTask {
         let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(AppendId, Result<(), i16>)>();
         while !stop.is_cancelled() {
             let sleep = match self.coordinator.next_deadline() {
-                Some(at) => Duration::from_millis((at - now_ms()).max(0) as u64),
+                Some(at) => Duration::from_millis((at - self.clock.now_ms()).max(0) as u64),
                 // Nothing due: wake for a command.
                 None => Duration::from_secs(3600),
             };
             let effects = tokio::select! {
                 biased;
                 _ = stop.cancelled() => break,
-                Some((id, result)) = done_rx.recv() => self.coordinator.appended(id, result, now_ms()),
+                Some((id, result)) = done_rx.recv() => self.coordinator.appended(id, result, self.clock.now_ms()),
                 command = rx.recv() => match command {
                     Some(command) => self.handle(command),
                     None => break,
                 },
-                _ = tokio::time::sleep(sleep) => self.coordinator.tick(now_ms()),
+                _ = tokio::time::sleep(sleep) => self.coordinator.tick(self.clock.now_ms()),
             };
             self.execute(effects, &done_tx);
         }
@@ -391,7 +415,7 @@ impl ShardTask {
     }
 
     fn handle(&mut self, command: Command) -> Effects {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         tracing::debug!(partition = self.partition, ?command, "group request");
         match command {
             Command::Join(r, responder) => {
@@ -488,7 +512,7 @@ impl ShardTask {
                 let _ = done.send((append.id, Ok(())));
                 continue;
             }
-            let now = now_ms();
+            let now = self.clock.now_ms();
             let mut builder = BatchBuilder::new(now);
             for record in &append.records {
                 let value = record.value();

@@ -60,7 +60,7 @@ mod metadata_cache;
 pub mod metrics;
 pub mod net;
 pub mod partition;
-pub mod planted;
+pub use syncline_log::planted;
 mod producer_ids;
 mod quota;
 mod replica_manager;

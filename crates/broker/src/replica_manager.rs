@@ -79,6 +79,9 @@ pub struct ReplicaManager {
     metrics: Arc<BrokerMetrics>,
     /// `leader_replication_throttled_rate`, when set.
     leader_quota: Option<Arc<ReplicationQuota>>,
+    /// A replica whose log could not be opened for an I/O error, and why: the
+    /// broker must stop (see [`ReplicaManager::failed_log`]).
+    open_failure: parking_lot::Mutex<Option<(TopicPartition, String)>>,
 }
 
 use syncline_proto::wall_clock_ms;
@@ -110,6 +113,7 @@ impl ReplicaManager {
             fetchers,
             isr_requests,
             metrics,
+            open_failure: parking_lot::Mutex::new(None),
         }
     }
 
@@ -967,6 +971,14 @@ impl ReplicaManager {
         )
         .map_err(|e| {
             tracing::error!(partition = %tp, error = %e, "cannot open partition log");
+            if matches!(
+                e,
+                syncline_log::LogError::Io { .. } | syncline_log::LogError::Failed(_)
+            ) {
+                self.open_failure
+                    .lock()
+                    .get_or_insert_with(|| (tp.clone(), e.to_string()));
+            }
             ErrorCode::StorageError
         })?;
         let partition = Arc::new(partition);
@@ -996,6 +1008,18 @@ impl ReplicaManager {
         for p in self.all_partitions() {
             p.apply_retention(now_ms, expiration);
         }
+    }
+
+    /// A replica whose log failed, or could not be opened for an I/O error,
+    /// and why (the first found): its files may not hold what the broker
+    /// believes, and only a restart (recovery) can tell.
+    pub(crate) fn failed_log(&self) -> Option<(TopicPartition, String)> {
+        if let Some(failed) = self.open_failure.lock().clone() {
+            return Some(failed);
+        }
+        self.all_partitions()
+            .into_iter()
+            .find_map(|p| p.log_failure().map(|why| (p.tp.clone(), why)))
     }
 
     /// Clean shutdown: checkpoint and flush every log.

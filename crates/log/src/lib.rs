@@ -40,13 +40,17 @@
 //! - `recovery`: opening a directory.
 //! - `epoch_cache`: [`LeaderEpochCache`], a pure state machine.
 //! - `checkpoint`: atomic small files.
+//! - [`disk`]: the storage seam a simulated disk plugs into.
+//! - [`planted`]: bugs the simulation plants (feature `planted-bugs`).
 
 mod checkpoint;
 mod config;
+pub mod disk;
 mod epoch_cache;
 mod error;
 mod index;
 mod log;
+pub mod planted;
 mod producer_state;
 mod recovery;
 mod segment;

@@ -252,6 +252,13 @@ impl Log {
         self.config = config;
     }
 
+    /// Why the log is failed (an fsync or the undo of a partial write failed,
+    /// so its files may not hold what it believes): it refuses everything
+    /// until reopened. `None` while it works.
+    pub fn failure(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
     /// The offset the next appended record gets (LEO).
     pub fn log_end_offset(&self) -> i64 {
         self.active().next_offset()

@@ -13,6 +13,7 @@ use syncline_proto::batch::{self, BatchHeader, HEADER_LEN, STAMPED_PREFIX_LEN};
 use crate::epoch_cache::LeaderEpochCache;
 use crate::error::{IoContext, LogError};
 use crate::index::{remove_if_exists, IndexEntry, SegmentIndex};
+use crate::planted::{self, Bug};
 
 pub(crate) const LOG_SUFFIX: &str = ".log";
 pub(crate) const INDEX_SUFFIX: &str = ".index";
@@ -504,7 +505,7 @@ impl Segment {
                 )),
             });
         }
-        self.unflushed = true;
+        self.unflushed = !planted::active(Bug::LostFsync);
         for b in batches {
             let position = self.contents.size_bytes;
             self.contents
@@ -514,6 +515,7 @@ impl Segment {
     }
 
     fn write_all(&mut self, slices: &mut [IoSlice<'_>]) -> io::Result<()> {
+        crate::disk::writing(&self.path, self.contents.size_bytes)?;
         #[cfg(test)]
         if let Some(limit) = self.fail_write_after_bytes.take() {
             let mut left = limit;
@@ -616,7 +618,7 @@ impl Segment {
             contents.first_batch_timestamp = None;
         }
         contents.index.persist()?;
-        self.file.sync_data().ctx(&self.path)?;
+        crate::disk::sync_data(&self.file, &self.path, position).ctx(&self.path)?;
         self.unflushed = false;
         Ok(())
     }
@@ -624,7 +626,8 @@ impl Segment {
     /// fsyncs the batches written since the last flush.
     pub(crate) fn flush(&mut self) -> Result<(), LogError> {
         if self.unflushed {
-            self.file.sync_data().ctx(&self.path)?;
+            crate::disk::sync_data(&self.file, &self.path, self.contents.size_bytes)
+                .ctx(&self.path)?;
             self.unflushed = false;
         }
         Ok(())

@@ -121,7 +121,8 @@ impl Backoff {
 }
 
 /// Milliseconds since the Unix epoch from the wall clock. Record timestamps,
-/// time-based retention and group offsets' commit times are its only uses:
+/// time-based retention and group offsets' commit times are its only uses
+/// (the group coordinator reads it once and advances it on tokio's clock):
 /// every rule runs on `tokio::time`.
 ///
 /// The fault harness skews one process's wall clock with the environment

@@ -21,6 +21,7 @@ use syncline_proto::{pb, EpochEndOffset, ErrorCode, ACKS_ALL, NO_LEADER};
 use tokio::time::Instant;
 
 use super::leader_state::{BecomeLeader, FollowerFetch, IsrChangeKind, IsrProposal, LeaderState};
+use crate::planted::{self, Bug};
 
 /// The part of a topic's config the replication rules read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -429,7 +430,7 @@ impl PartitionCore {
         }
         if leader.high_watermark() < required_offset {
             ProduceCheck::Pending
-        } else if leader.is_under_min_isr() {
+        } else if leader.is_under_min_isr() && !planted::active(Bug::NoMinIsrCheck) {
             ProduceCheck::Failed(ErrorCode::NotEnoughReplicasAfterAppend)
         } else {
             ProduceCheck::Acked {

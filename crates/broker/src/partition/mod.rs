@@ -819,6 +819,11 @@ impl Partition {
         }
     }
 
+    /// Why the log failed, if it did (see [`Log::failure`]).
+    pub fn log_failure(&self) -> Option<String> {
+        self.log.read().failure().map(str::to_string)
+    }
+
     /// Checkpoints, flushes and closes the log (clean shutdown): the next start
     /// trusts its files instead of validating them.
     pub fn close(&self) {
