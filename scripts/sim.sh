@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The deterministic simulation (syncline-sim): whole three-node clusters,
 # their Raft controller quorum and a workload of producers and consumers, on
-# one thread under a simulated network and clock, through a seed's faults
-# (crashes, cuts, isolation, slow links, the client cut from a broker), healed
-# and checked by the fault harness' checker. Exit 0 only when every seed was
-# valid; a failing seed prints the command that replays it.
+# one thread under a simulated network, clock and disk, through a seed's
+# faults (crashes, pauses, cuts both ways and one way, isolation, slow links,
+# power losses, full and failing disks, faults aimed at a leader or the
+# active controller), healed and checked by the fault harness' checker. Exit
+# 0 only when every seed was valid; a failing seed prints the command that
+# replays it.
 #
 #   scripts/sim.sh                           one random seed (printed)
 #   scripts/sim.sh --seed 42 --trace         one seed with its event trace

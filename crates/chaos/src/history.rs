@@ -27,6 +27,10 @@ pub struct Send {
     /// Since the start of the run.
     pub at: Duration,
     pub outcome: Outcome,
+    /// Sent by a producer whose settings carry the run's promise (false: a
+    /// producer beside them, with `acks=1` or `acks=0` and no idempotence,
+    /// whose records may be lost or written twice).
+    pub promised: bool,
 }
 
 /// One record a consumer read during the run, in the order it read them.

@@ -722,6 +722,7 @@ impl Session {
             idempotent: setup.idempotent,
             pace: Duration::from_millis(20),
             delivery_timeout: Duration::from_secs(60),
+            unpromised: Vec::new(),
         };
         let workload = Workload::start(&rig.brokers, &spec, epoch)?;
         workload

@@ -34,6 +34,12 @@ pub struct Spec {
     pub pace: Duration,
     /// How long a producer retries one record before giving up.
     pub delivery_timeout: Duration,
+    /// Producers beside the promised ones, one per entry with those acks (1
+    /// or 0), not idempotent, each sending to every partition: their records
+    /// share the logs with the promised ones, and the checker holds them only
+    /// to what holds for every record (one value per offset, read below the
+    /// high watermark, sent before read).
+    pub unpromised: Vec<Acks>,
 }
 
 /// The running workload.
@@ -94,15 +100,18 @@ impl Workload {
         let acked = Arc::new(AtomicU64::new(0));
         let mut producers = Vec::new();
         let mut senders = Vec::new();
-        for producer_no in 0..spec.producers {
+        let kinds = (0..spec.producers)
+            .map(|_| (spec.acks, spec.idempotent, true))
+            .chain(spec.unpromised.iter().map(|&acks| (acks, false, false)));
+        for (producer_no, (acks, idempotent, promised)) in kinds.enumerate() {
             let mut config = ProducerConfig::new(&bootstrap);
-            config.acks = spec.acks;
+            config.acks = acks;
             config.linger_ms = 0;
             config.client.client_id = format!("chaos-producer-{producer_no}");
             config.client.request_timeout_ms = 5_000;
             config.client.retry_backoff_max_ms = 500;
             config.delivery_timeout_ms = spec.delivery_timeout.as_millis() as u64;
-            config.enable_idempotence = Some(spec.idempotent);
+            config.enable_idempotence = Some(idempotent);
             let producer = Producer::new(config)?;
             for p in 0..spec.partitions {
                 let (producer, stop, acked, topic, pace) = (
@@ -112,8 +121,13 @@ impl Workload {
                     spec.topic.clone(),
                     spec.pace,
                 );
+                let send = Sender {
+                    producer_no,
+                    partition: p,
+                    promised,
+                };
                 senders.push(tokio::spawn(async move {
-                    send_loop(producer, producer_no, topic, p, pace, stop, acked, epoch).await
+                    send_loop(producer, send, topic, pace, stop, acked, epoch).await
                 }));
             }
             producers.push(producer);
@@ -145,7 +159,7 @@ impl Workload {
         })
     }
 
-    /// Acknowledged sends so far.
+    /// Acknowledged sends of the promised producers so far.
     pub fn acked(&self) -> u64 {
         self.acked.load(Ordering::Acquire)
     }
@@ -236,12 +250,18 @@ impl Workload {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Who sends in one send loop.
+#[derive(Debug, Clone, Copy)]
+struct Sender {
+    producer_no: usize,
+    partition: i32,
+    promised: bool,
+}
+
 async fn send_loop(
     producer: Producer,
-    producer_no: usize,
+    sender: Sender,
     topic: String,
-    partition: i32,
     pace: Duration,
     stop: Arc<AtomicBool>,
     acked: Arc<AtomicU64>,
@@ -250,6 +270,11 @@ async fn send_loop(
     let mut sends = Vec::new();
     let mut window = std::collections::VecDeque::new();
     let mut seq = 0u64;
+    let Sender {
+        producer_no,
+        partition,
+        promised,
+    } = sender;
     let settle = |value: String,
                   at: Duration,
                   queued: Result<syncline_client::DeliveryFuture, ProduceError>| {
@@ -261,7 +286,9 @@ async fn send_loop(
             };
             let outcome = match result {
                 Ok(meta) => {
-                    acked.fetch_add(1, Ordering::AcqRel);
+                    if promised {
+                        acked.fetch_add(1, Ordering::AcqRel);
+                    }
                     Outcome::Ok {
                         offset: meta.offset,
                         acked_isr: meta.acked_isr,
@@ -275,6 +302,7 @@ async fn send_loop(
                 value,
                 at,
                 outcome,
+                promised,
             }
         }
     };

@@ -35,11 +35,15 @@ struct Args {
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(i32).range(1..=16))]
     partitions: i32,
     /// The kinds of fault to draw from (comma-separated): crash, cut,
-    /// isolate, client-cut, delay.
+    /// one-way, isolate, client-cut, delay, power-loss, blackout, disk-full,
+    /// disk-error, pause, leader-crash, controller-crash, controller-pause, bridge (the
+    /// last four aimed at partition 0's leader or the active controller as
+    /// the client last saw them). With power-loss or blackout among them the
+    /// brokers fsync every append (flush.messages=1), as the promise requires.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "crash,cut,isolate,client-cut,delay"
+        default_value = "crash,cut,one-way,isolate,client-cut,delay,power-loss,blackout,disk-full,disk-error,pause,leader-crash,controller-crash,controller-pause,bridge"
     )]
     faults: Vec<Kind>,
     /// No faults: the baseline.
@@ -50,8 +54,10 @@ struct Args {
     trace: bool,
     /// Plant a bug in every broker, to see the checker catch it:
     /// hw-truncation (followers truncate to their high watermark, before
-    /// KIP-101) or no-second-caught-up-rule (spurious ISR shrinks under a
-    /// steady load); repeatable.
+    /// KIP-101), no-second-caught-up-rule (spurious ISR shrinks under a
+    /// steady load), lost-fsync (appends never fsynced yet acknowledged as
+    /// durable) or no-min-isr-check (acks=all acknowledged with an ISR below
+    /// min.insync.replicas); repeatable.
     #[arg(long, value_name = "BUG")]
     plant: Vec<Plant>,
     /// The producers' acks: all (idempotent), or 1 (the leader alone: records
@@ -65,6 +71,17 @@ struct Args {
     /// Producers, each sending to every partition.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
     producers: u16,
+    /// No producers beside the promised ones (by default one with acks=1 and
+    /// one with acks=0 share the logs; the checker holds their records only
+    /// to what holds for every record).
+    #[arg(long)]
+    no_side_producers: bool,
+    /// Do not create the second topic during the faults.
+    #[arg(long)]
+    no_late_topic: bool,
+    /// No consumer group reading the first topic.
+    #[arg(long)]
+    no_group: bool,
     /// Milliseconds between two sends of a producer to a partition.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pace_ms: u64,
@@ -84,6 +101,9 @@ impl Args {
             latency: Duration::from_millis(self.latency_ms),
             producers: self.producers.into(),
             kinds: self.faults.clone(),
+            side_producers: !self.no_side_producers,
+            late_topic: !self.no_late_topic,
+            group: !self.no_group,
         }
     }
 
@@ -104,6 +124,15 @@ impl Args {
         a.push(format!("--faults={}", kinds.join(",")));
         if self.no_faults {
             a.push("--no-faults".into());
+        }
+        if self.no_side_producers {
+            a.push("--no-side-producers".into());
+        }
+        if self.no_late_topic {
+            a.push("--no-late-topic".into());
+        }
+        if self.no_group {
+            a.push("--no-group".into());
         }
         if self.trace {
             a.push("--trace".into());
@@ -215,6 +244,13 @@ fn run_child(args: &Args, seed: u64) -> Tally {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    // RUST_LOG=syncline_broker=debug: every host's log, interleaved, on stderr.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .init();
+    }
     if std::env::var_os(CHILD_VAR).is_some() {
         let seed = args.seed.unwrap_or_default();
         println!("{}", run_one(&args, seed).line());

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,11 +24,16 @@ use syncline_proto::pb::{self, request::Body, response::Body as Resp};
 use syncline_proto::ErrorCode;
 use tokio::time::Instant;
 
-use crate::net::{Dialer, SimNet};
-use crate::plan::{plan, Fault, Kind, Planned, CLIENT, SLOW_LINK};
+use crate::disk::SimDisk;
+use crate::net::{self, Dialer, SimNet};
+use crate::plan::{plan, Fault, Kind, Planned, Roles, CLIENT, SLOW_LINK};
 
-/// The topic the workload writes.
+/// The topic the workload writes from its start.
 pub const TOPIC: &str = "sim";
+/// The topic the client creates while the faults go on, at a time the seed
+/// chooses, and writes and reads from then on as it does [`TOPIC`].
+pub const LATE_TOPIC: &str = "sim-late";
+const LATE_PARTITIONS: i32 = 1;
 /// The brokers' port on their simulated hosts.
 const PORT: u16 = 9092;
 /// The simulation's step: every host runs this much simulated time per step.
@@ -47,9 +53,20 @@ pub const DEFAULT_LATENCY: Duration = Duration::from_millis(5);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The brokers' settings: the fault harness' safe settings with the tests'
-/// fast timers.
-fn broker_toml() -> String {
-    format!("min_insync_replicas = 2\n{FAST_TIMERS}")
+/// fast timers, the controller's LeaderAndIsr bound scaled down with them (to
+/// the session timeout), so that a pause of the active controller outlasts a
+/// push it had in flight as it would a production timeout; and four
+/// partitions of `__consumer_offsets` (not fifty) for the one group.
+fn broker_toml(durable_acks: bool) -> String {
+    let flush = if durable_acks {
+        "flush_messages = 1\n"
+    } else {
+        ""
+    };
+    format!(
+        "min_insync_replicas = 2\ncontroller_socket_timeout_ms = 3000\n\
+         offsets_topic_num_partitions = 4\n{flush}{FAST_TIMERS}"
+    )
 }
 
 /// What one run does.
@@ -77,6 +94,14 @@ pub struct Options {
     pub producers: usize,
     /// The kinds of fault the seed's schedule draws from.
     pub kinds: Vec<Kind>,
+    /// Beside the promised producers, one with `acks=1` and one with
+    /// `acks=0` (neither idempotent), whose records share the logs.
+    pub side_producers: bool,
+    /// Create [`LATE_TOPIC`] during the faults, at a time from the seed, and
+    /// write and read it from then on.
+    pub late_topic: bool,
+    /// A consumer group ([`crate::group`]) reads [`TOPIC`] through the faults.
+    pub group: bool,
 }
 
 /// A bug the simulation can plant in the brokers.
@@ -87,16 +112,27 @@ pub enum Plant {
     HighWatermarkTruncation,
     /// See [`Bug::NoSecondCaughtUpRule`].
     NoSecondCaughtUpRule,
+    /// See [`Bug::LostFsync`].
+    LostFsync,
+    /// See [`Bug::NoMinIsrCheck`].
+    NoMinIsrCheck,
 }
 
 impl Plant {
-    pub const ALL: [Plant; 2] = [Plant::HighWatermarkTruncation, Plant::NoSecondCaughtUpRule];
+    pub const ALL: [Plant; 4] = [
+        Plant::HighWatermarkTruncation,
+        Plant::NoSecondCaughtUpRule,
+        Plant::LostFsync,
+        Plant::NoMinIsrCheck,
+    ];
 
     #[must_use]
     pub fn name(self) -> &'static str {
         match self {
             Plant::HighWatermarkTruncation => "hw-truncation",
             Plant::NoSecondCaughtUpRule => "no-second-caught-up-rule",
+            Plant::LostFsync => "lost-fsync",
+            Plant::NoMinIsrCheck => "no-min-isr-check",
         }
     }
 
@@ -104,6 +140,8 @@ impl Plant {
         match self {
             Plant::HighWatermarkTruncation => None,
             Plant::NoSecondCaughtUpRule => Some(Bug::NoSecondCaughtUpRule),
+            Plant::LostFsync => Some(Bug::LostFsync),
+            Plant::NoMinIsrCheck => Some(Bug::NoMinIsrCheck),
         }
     }
 }
@@ -132,7 +170,25 @@ impl Options {
             latency: DEFAULT_LATENCY,
             producers: 2,
             kinds: Kind::ALL.to_vec(),
+            side_producers: true,
+            late_topic: true,
+            group: true,
         }
+    }
+
+    /// When the client creates [`LATE_TOPIC`], from the workload's start.
+    #[must_use]
+    pub fn late_topic_at(&self) -> Option<Duration> {
+        self.late_topic
+            .then(|| crate::plan::late_topic_at(self.seed, self.duration))
+    }
+
+    /// Whether the brokers fsync every append before it counts
+    /// (`flush.messages=1`): what the promise needs to survive a power loss,
+    /// so set when the seed's faults may cut the power or fail fsyncs.
+    #[must_use]
+    pub fn durable_acks(&self) -> bool {
+        self.faults && self.kinds.iter().any(|k| k.tests_fsync())
     }
 
     /// The command that replays this run.
@@ -170,6 +226,15 @@ impl Options {
         }
         if self.pace != DEFAULT_PACE {
             c.push_str(&format!(" --pace-ms {}", self.pace.as_millis()));
+        }
+        if !self.side_producers {
+            c.push_str(" --no-side-producers");
+        }
+        if !self.late_topic {
+            c.push_str(" --no-late-topic");
+        }
+        if !self.group {
+            c.push_str(" --no-group");
         }
         c.push_str(" --trace");
         c
@@ -239,13 +304,32 @@ fn host(n: i32) -> String {
 /// What the client host hands the driver at its end.
 #[derive(Debug, Default)]
 struct ClientEnd {
+    /// By topic.
+    topics: BTreeMap<String, TopicEnd>,
+    group: Option<GroupEnd>,
+    healed: Option<Result<Duration, String>>,
+    leadership: Vec<String>,
+    shrinks: Vec<Shrink>,
+}
+
+/// What the consumer group did, and its committed offsets at the end.
+#[derive(Debug)]
+struct GroupEnd {
+    members: Vec<crate::group::Member>,
+    committed: Result<BTreeMap<i32, i64>, String>,
+    /// Whether it read [`TOPIC`] to its end after healing.
+    healed: Result<(), String>,
+}
+
+/// One topic's history and final state.
+#[derive(Debug, Default)]
+struct TopicEnd {
     history: History,
     logs: BTreeMap<i32, Vec<(i64, String)>>,
     /// Per partition: the leader, its high watermark and the replicas.
     ends: BTreeMap<i32, (i32, i64, Vec<i32>)>,
-    healed: Option<Result<Duration, String>>,
-    leadership: Vec<String>,
-    shrinks: Vec<Shrink>,
+    /// Why the topic has no history (it could not be created): a verdict.
+    missing: Option<String>,
 }
 
 /// A leader's ISR losing members, as the leader watch saw it.
@@ -253,7 +337,8 @@ struct ClientEnd {
 struct Shrink {
     /// Simulated time (the driver's clock).
     at: Duration,
-    partition: i32,
+    /// topic-partition
+    partition: String,
     leader: i32,
     removed: Vec<i32>,
 }
@@ -264,15 +349,105 @@ struct Shrink {
 /// retransmissions do across a partition that heals. (turmoil's own partition
 /// drops segments inside a live stream, which then hangs for ever: no TCP
 /// connection does that.)
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct World {
     cut: BTreeMap<(i32, i32), u32>,
     slow: BTreeMap<(i32, i32), u32>,
-    crashed: BTreeMap<i32, u32>,
+    /// Brokers down: crashed or without power.
+    down: BTreeMap<i32, u32>,
+    full: BTreeMap<i32, u32>,
+    failing: BTreeMap<i32, u32>,
+    paused: BTreeMap<i32, u32>,
+    /// Brokers that stopped on their own (a failed log), since when: their
+    /// supervisor restarts them after [`RESTART_AFTER`].
+    stopped: BTreeMap<i32, Duration>,
+    disk: Arc<SimDisk>,
+    /// The run's directory (each broker's files under `broker-<id>`).
+    dir: PathBuf,
 }
 
 impl World {
-    fn start(&mut self, sim: &mut turmoil::Sim<'_>, fault: Fault, brokers: i32) {
+    fn new(disk: Arc<SimDisk>, dir: &Path) -> World {
+        World {
+            cut: BTreeMap::new(),
+            slow: BTreeMap::new(),
+            down: BTreeMap::new(),
+            full: BTreeMap::new(),
+            failing: BTreeMap::new(),
+            paused: BTreeMap::new(),
+            stopped: BTreeMap::new(),
+            disk,
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    fn broker_dir(&self, b: i32) -> PathBuf {
+        self.dir.join(format!("broker-{b}"))
+    }
+
+    fn take_down(&mut self, sim: &mut turmoil::Sim<'_>, b: i32) {
+        let n = self.down.entry(b).or_default();
+        *n += 1;
+        if *n == 1 {
+            sim.crash(host(b));
+        }
+    }
+
+    fn bring_up(&mut self, sim: &mut turmoil::Sim<'_>, b: i32) {
+        let n = self.down.get_mut(&b).expect("a broker down");
+        *n -= 1;
+        if *n == 0 {
+            self.stopped.remove(&b);
+            sim.bounce(host(b));
+        }
+    }
+
+    /// The brokers' supervisor (systemd's `Restart=on-failure`): a broker
+    /// whose process ended on its own while no fault holds it down is
+    /// restarted [`RESTART_AFTER`] later. What it did, for the trace.
+    fn supervise(
+        &mut self,
+        sim: &mut turmoil::Sim<'_>,
+        brokers: i32,
+        now: Duration,
+    ) -> Vec<String> {
+        let mut done = Vec::new();
+        for b in 1..=brokers {
+            if self.down.get(&b).is_some_and(|&n| n > 0) {
+                continue;
+            }
+            match self.stopped.get(&b).copied() {
+                None if !sim.is_host_running(host(b)) => {
+                    self.stopped.insert(b, now);
+                    done.push(format!("broker {b} stopped on its own"));
+                }
+                Some(since) if now >= since + RESTART_AFTER => {
+                    self.stopped.remove(&b);
+                    sim.bounce(host(b));
+                    done.push(format!("broker {b} restarted by its supervisor"));
+                }
+                _ => {}
+            }
+        }
+        done
+    }
+
+    /// The brokers a fault takes down.
+    fn downed(fault: Fault, brokers: i32) -> Vec<i32> {
+        match fault {
+            Fault::Crash(b) | Fault::PowerLoss(b) => vec![b],
+            Fault::Blackout => (1..=brokers).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Starts `fault`; returns what it did beyond its name (bytes lost).
+    fn start(
+        &mut self,
+        sim: &mut turmoil::Sim<'_>,
+        fault: Fault,
+        brokers: i32,
+    ) -> anyhow::Result<String> {
         for link in fault.cut_links(brokers) {
             let n = self.cut.entry(link).or_default();
             *n += 1;
@@ -280,12 +455,42 @@ impl World {
                 sim.hold(host(link.0), host(link.1));
             }
         }
+        let downed = World::downed(fault, brokers);
+        for &b in &downed {
+            self.take_down(sim, b);
+        }
+        if fault.kind().loses_power() {
+            let mut lost = Vec::new();
+            for &b in &downed {
+                let bytes = self.disk.lose_unsynced(&self.broker_dir(b))?;
+                lost.push(format!("{b}: {bytes}"));
+            }
+            return Ok(format!(
+                " (unsynced bytes lost, by broker: {})",
+                lost.join(", ")
+            ));
+        }
         match fault {
-            Fault::Crash(b) => {
-                let n = self.crashed.entry(b).or_default();
+            Fault::OneWay(a, b) => net::hold_oneway(sim.lookup(host(a)), sim.lookup(host(b))),
+            Fault::DiskFull(b) => {
+                let n = self.full.entry(b).or_default();
                 *n += 1;
                 if *n == 1 {
-                    sim.crash(host(b));
+                    self.disk.set_full(&self.broker_dir(b), true);
+                }
+            }
+            Fault::DiskError(b) => {
+                let n = self.failing.entry(b).or_default();
+                *n += 1;
+                if *n == 1 {
+                    self.disk.set_failing(&self.broker_dir(b), true);
+                }
+            }
+            Fault::Pause(b) => {
+                let n = self.paused.entry(b).or_default();
+                *n += 1;
+                if *n == 1 {
+                    sim.pause(host(b));
                 }
             }
             Fault::Delay(a, b) => {
@@ -297,6 +502,7 @@ impl World {
             }
             _ => {}
         }
+        Ok(String::new())
     }
 
     fn end(&mut self, sim: &mut turmoil::Sim<'_>, fault: Fault, brokers: i32, latency: Duration) {
@@ -307,12 +513,30 @@ impl World {
                 sim.release(host(link.0), host(link.1));
             }
         }
+        for b in World::downed(fault, brokers) {
+            self.bring_up(sim, b);
+        }
         match fault {
-            Fault::Crash(b) => {
-                let n = self.crashed.get_mut(&b).expect("a crashed broker");
+            Fault::OneWay(a, b) => net::release_oneway(sim.lookup(host(a)), sim.lookup(host(b))),
+            Fault::DiskFull(b) => {
+                let n = self.full.get_mut(&b).expect("a full disk");
                 *n -= 1;
                 if *n == 0 {
-                    sim.bounce(host(b));
+                    self.disk.set_full(&self.broker_dir(b), false);
+                }
+            }
+            Fault::DiskError(b) => {
+                let n = self.failing.get_mut(&b).expect("a failing disk");
+                *n -= 1;
+                if *n == 0 {
+                    self.disk.set_failing(&self.broker_dir(b), false);
+                }
+            }
+            Fault::Pause(b) => {
+                let n = self.paused.get_mut(&b).expect("a paused broker");
+                *n -= 1;
+                if *n == 0 {
+                    sim.resume(host(b));
                 }
             }
             Fault::Delay(a, b) => {
@@ -329,6 +553,10 @@ impl World {
         }
     }
 }
+
+/// How long the brokers' supervisor waits before it restarts one that
+/// stopped on its own.
+const RESTART_AFTER: Duration = Duration::from_secs(1);
 
 /// Bugs planted for one run, removed when dropped.
 struct Planted;
@@ -362,6 +590,9 @@ pub fn run(options: &Options) -> anyhow::Result<Report> {
         .tcp_capacity(1 << 16)
         .build();
     let _dialer = Dialer::install();
+    net::open_all_gates();
+    let disk = Arc::new(SimDisk::default());
+    let _disk = disk.install();
     let bugs: Vec<Bug> = options.planted.iter().filter_map(|p| p.bug()).collect();
     let _planted = Planted::plant(&bugs);
     let addrs: Vec<String> = (1..=brokers)
@@ -374,7 +605,7 @@ pub fn run(options: &Options) -> anyhow::Result<Report> {
             &addrs[b as usize - 1],
             voters,
             dir.path(),
-            &broker_toml(),
+            &broker_toml(options.durable_acks()),
             None,
         );
         let truncation = if options.planted.contains(&Plant::HighWatermarkTruncation) {
@@ -387,21 +618,26 @@ pub fn run(options: &Options) -> anyhow::Result<Report> {
             async move {
                 let mut config = BrokerConfig::parse(&text).map_err(|e| format!("{e:#}"))?;
                 config.truncation_rule = truncation;
-                let _broker = syncline_broker::start(config, Arc::new(SimNet))
-                    .await
-                    .map_err(|e| format!("{e:#}"))?;
-                std::future::pending::<()>().await;
+                // As synclined's main: a broker that cannot start, or must stop
+                // (a failed log), ends its process; the supervisor restarts it.
+                let Ok(broker) = syncline_broker::start(config, Arc::new(SimNet)).await else {
+                    return Ok(());
+                };
+                broker.fatal().cancelled().await;
+                broker.shutdown().await;
                 Ok(())
             }
         });
     }
     let started = Arc::new(AtomicBool::new(false));
     let end: Arc<Mutex<Option<anyhow::Result<ClientEnd>>>> = Arc::new(Mutex::new(None));
+    let roles = Arc::new(Mutex::new(Roles::default()));
     let client_brokers: Brokers = (1..=brokers).zip(addrs.iter().cloned()).collect();
     {
         let (started, end, options) = (started.clone(), end.clone(), options.clone());
+        let roles = roles.clone();
         sim.client(host(CLIENT), async move {
-            let result = client(client_brokers, options, started).await;
+            let result = client(client_brokers, options, started, roles).await;
             *end.lock().expect("client end") = Some(result);
             Ok(())
         });
@@ -420,12 +656,17 @@ pub fn run(options: &Options) -> anyhow::Result<Report> {
         .collect();
     events.sort_by_key(|&(at, i, start)| (at, !start, i));
     let mut events = events.into_iter().peekable();
-    let mut world = World::default();
+    let mut world = World::new(disk.clone(), dir.path());
     let mut trace = Vec::new();
     // Simulated time each fault started and ended (healing ends the rest).
     let mut windows: Vec<(Duration, Option<Duration>)> =
         vec![(Duration::ZERO, None); planned.len()];
+    // What each fault did to named hosts (a targeted one resolved at its start).
+    let mut resolved: Vec<Vec<Fault>> = vec![Vec::new(); planned.len()];
     let mut workload_start = None;
+    if options.durable_acks() {
+        trace.push("brokers fsync every append (flush.messages=1)".to_string());
+    }
     loop {
         let finished = sim
             .step()
@@ -434,6 +675,9 @@ pub fn run(options: &Options) -> anyhow::Result<Report> {
             break;
         }
         let now = sim.elapsed();
+        for done in world.supervise(&mut sim, brokers, now) {
+            trace.push(format!("{:>9.3} {done}", now.as_secs_f64()));
+        }
         let Some(start) = workload_start else {
             if started.load(Ordering::Acquire) {
                 workload_start = Some(now);
@@ -449,11 +693,27 @@ pub fn run(options: &Options) -> anyhow::Result<Report> {
             let fault = planned[i].fault;
             if begins {
                 windows[i].0 = now;
-                world.start(&mut sim, fault, brokers);
-                trace.push(format!("{:>9.3} {fault}", now.as_secs_f64()));
+                let concrete = fault.resolve(&roles.lock().expect("roles"));
+                let mut detail = String::new();
+                for &f in &concrete {
+                    detail.push_str(&world.start(&mut sim, f, brokers)?);
+                }
+                if concrete != [fault] {
+                    let names: Vec<String> = concrete.iter().map(Fault::to_string).collect();
+                    let did = if names.is_empty() {
+                        "no such broker seen yet: nothing".to_string()
+                    } else {
+                        names.join(", ")
+                    };
+                    detail = format!(": {did}{detail}");
+                }
+                trace.push(format!("{:>9.3} {fault}{detail}", now.as_secs_f64()));
+                resolved[i] = concrete;
             } else {
                 windows[i].1 = Some(now);
-                world.end(&mut sim, fault, brokers, options.latency);
+                for &f in &resolved[i] {
+                    world.end(&mut sim, f, brokers, options.latency);
+                }
                 trace.push(format!("{:>9.3} end: {fault}", now.as_secs_f64()));
             }
         }
@@ -464,16 +724,114 @@ pub fn run(options: &Options) -> anyhow::Result<Report> {
         .take()
         .ok_or_else(|| anyhow::anyhow!("the client host ended without a result"))??;
 
-    // The replicas below each partition's final high watermark, read from
-    // their files while the brokers go on (a follower may still be fetching).
-    let mut replicas = BTreeMap::new();
-    for (&p, (leader, hw, members)) in &end.ends {
-        let deadline = sim.elapsed() + HEAL_BOUND;
-        let partition_dir = |b: i32| {
-            dir.path()
-                .join(format!("broker-{b}"))
-                .join(format!("{TOPIC}-{p}"))
+    let healed = end
+        .healed
+        .clone()
+        .unwrap_or_else(|| Err("the client never healed".into()));
+    match &healed {
+        Ok(d) => trace.push(format!("healed in {:.3} s", d.as_secs_f64())),
+        Err(e) => trace.push(format!("not healed: {e}")),
+    }
+    // acks=1 promises only what the leader has.
+    let min_isr = if options.acks_leader { 1 } else { 2 };
+    let mut verdict = Verdict::default();
+    let mut histories = Vec::new();
+    if let (Some(g), Some(t)) = (&end.group, end.topics.get(TOPIC)) {
+        let (committed, healed) = match &g.committed {
+            Ok(c) => (c.clone(), g.healed.clone()),
+            Err(e) => (BTreeMap::new(), Err(format!("no committed offsets: {e}"))),
         };
+        let reads: usize = g.members.iter().map(|m| m.reads.len()).sum();
+        let commits: usize = g.members.iter().map(|m| m.commits.len()).sum();
+        trace.push(format!(
+            "group {}: {} members, {reads} reads, {commits} commits, committed {committed:?}",
+            crate::group::GROUP,
+            g.members.len()
+        ));
+        verdict.violations.extend(
+            crate::group::check(&g.members, &committed, &t.logs, &healed)
+                .into_iter()
+                .map(|v| Violation {
+                    kind: v.kind,
+                    detail: format!("group {}: {}", crate::group::GROUP, v.detail),
+                }),
+        );
+    }
+    for (topic, t) in end.topics {
+        let replicas = compare_replicas(&mut sim, dir.path(), &topic, &t.ends)?;
+        let after = Final {
+            logs: t.logs,
+            replicas,
+            healed: match &t.missing {
+                Some(why) => Err(why.clone()),
+                None => healed.clone(),
+            },
+            leadership: if topic == TOPIC {
+                end.leadership.clone()
+            } else {
+                Vec::new()
+            },
+        };
+        let v = check(&t.history, &after, Promise { min_isr });
+        let promised = t.history.sends.iter().filter(|s| s.promised).count();
+        trace.push(match &t.missing {
+            Some(why) => format!("topic {topic}: none ({why})"),
+            None => format!(
+                "topic {topic}: {} sends ({promised} promised, {} beside), {} acknowledged, {} records, {} polls",
+                v.sends,
+                v.sends - promised,
+                v.acked,
+                v.records,
+                v.polls
+            ),
+        });
+        verdict.absorb(v, &format!("topic {topic}: "));
+        histories.push(t.history);
+    }
+    let unexplained = spurious(&end.shrinks, &windows, workload_start);
+    trace.push(format!(
+        "ISR shrinks seen: {}, none of a fault: {}",
+        end.shrinks.len(),
+        unexplained.len()
+    ));
+    for s in unexplained {
+        verdict.violations.push(Violation {
+            kind: checker::Kind::SpuriousShrink,
+            detail: format!(
+                "at {:.3} s leader {} of partition {} removed {:?} from the ISR, no fault in the {} s before",
+                s.at.as_secs_f64(),
+                s.leader,
+                s.partition,
+                s.removed,
+                JUSTIFIES.as_secs()
+            ),
+        });
+    }
+    let trace_hash = hash_run(&trace, &histories);
+    Ok(Report {
+        options: options.clone(),
+        verdict,
+        healed,
+        trace,
+        trace_hash,
+        simulated: sim.elapsed(),
+        faults: planned.len(),
+    })
+}
+
+/// Per partition of `topic`: whether its replicas hold the same bytes below
+/// its final high watermark, read from their files while the brokers go on (a
+/// follower may still be fetching; it has [`HEAL_BOUND`] to catch up).
+fn compare_replicas(
+    sim: &mut turmoil::Sim<'_>,
+    dir: &Path,
+    topic: &str,
+    ends: &BTreeMap<i32, (i32, i64, Vec<i32>)>,
+) -> anyhow::Result<BTreeMap<i32, Result<(), String>>> {
+    let mut replicas = BTreeMap::new();
+    for (&p, (leader, hw, members)) in ends {
+        let deadline = sim.elapsed() + HEAL_BOUND;
+        let partition_dir = |b: i32| dir.join(format!("broker-{b}")).join(format!("{topic}-{p}"));
         let verdict = loop {
             let reference = syncline_e2e::segment_bytes(&partition_dir(*leader), *hw);
             let differing: Vec<i32> = members
@@ -496,52 +854,7 @@ pub fn run(options: &Options) -> anyhow::Result<Report> {
         };
         replicas.insert(p, verdict);
     }
-    let healed = end
-        .healed
-        .clone()
-        .unwrap_or_else(|| Err("the client never healed".into()));
-    match &healed {
-        Ok(d) => trace.push(format!("healed in {:.3} s", d.as_secs_f64())),
-        Err(e) => trace.push(format!("not healed: {e}")),
-    }
-    let after = Final {
-        logs: end.logs,
-        replicas,
-        healed: healed.clone(),
-        leadership: end.leadership,
-    };
-    // acks=1 promises only what the leader has.
-    let min_isr = if options.acks_leader { 1 } else { 2 };
-    let mut verdict = check(&end.history, &after, Promise { min_isr });
-    let unexplained = spurious(&end.shrinks, &windows, workload_start);
-    trace.push(format!(
-        "ISR shrinks seen: {}, none of a fault: {}",
-        end.shrinks.len(),
-        unexplained.len()
-    ));
-    for s in unexplained {
-        verdict.violations.push(Violation {
-            kind: checker::Kind::SpuriousShrink,
-            detail: format!(
-                "at {:.3} s leader {} of partition {} removed {:?} from the ISR, no fault in the {} s before",
-                s.at.as_secs_f64(),
-                s.leader,
-                s.partition,
-                s.removed,
-                JUSTIFIES.as_secs()
-            ),
-        });
-    }
-    let trace_hash = hash_run(&trace, &end.history);
-    Ok(Report {
-        options: options.clone(),
-        verdict,
-        healed,
-        trace,
-        trace_hash,
-        simulated: sim.elapsed(),
-        faults: planned.len(),
-    })
+    Ok(replicas)
 }
 
 /// How long after a fault an ISR shrink is put down to it: the lag time, the
@@ -569,52 +882,41 @@ fn spurious(
 }
 
 /// The trace and every operation's outcome, in order, hashed.
-fn hash_run(trace: &[String], history: &History) -> u64 {
+fn hash_run(trace: &[String], histories: &[History]) -> u64 {
     let mut h = std::hash::DefaultHasher::new();
     trace.hash(&mut h);
-    for s in &history.sends {
-        (s.producer, s.partition, &s.value, s.at).hash(&mut h);
-        match &s.outcome {
-            SendOutcome::Ok { offset, acked_isr } => (0u8, offset, acked_isr).hash(&mut h),
-            SendOutcome::Failed(e) => (1u8, e).hash(&mut h),
-            SendOutcome::Unknown(e) => (2u8, e).hash(&mut h),
-        }
-    }
-    for p in &history.polls {
-        (p.consumer, p.partition, p.offset, &p.value).hash(&mut h);
+    for history in histories {
+        hash_history(history, &mut h);
     }
     h.finish()
 }
 
-/// The client host: creates the topic, runs the workload through the faults,
-/// then heals and reads.
+fn hash_history(history: &History, h: &mut std::hash::DefaultHasher) {
+    for s in &history.sends {
+        (s.producer, s.partition, &s.value, s.at).hash(h);
+        match &s.outcome {
+            SendOutcome::Ok { offset, acked_isr } => (0u8, offset, acked_isr).hash(h),
+            SendOutcome::Failed(e) => (1u8, e).hash(h),
+            SendOutcome::Unknown(e) => (2u8, e).hash(h),
+        }
+    }
+    for p in &history.polls {
+        (p.consumer, p.partition, p.offset, &p.value).hash(h);
+    }
+}
+
+/// The client host: creates the topic, runs the workload through the faults
+/// (creating [`LATE_TOPIC`] among them when the seed says so), then heals
+/// and reads.
 async fn client(
     brokers: Brokers,
     options: Options,
     started: Arc<AtomicBool>,
+    roles: Arc<Mutex<Roles>>,
 ) -> anyhow::Result<ClientEnd> {
-    let bootstrap: Vec<String> = brokers.iter().map(|(_, a)| a.clone()).collect();
-    let admin = Admin::new(ClientConfig::new(&bootstrap.join(",")))?;
-    let rf = options.brokers.min(3) as i32;
-    let setup = Instant::now();
-    loop {
-        let topic =
-            NewTopic::new(TOPIC, options.partitions, rf).with_config("min.insync.replicas", "2");
-        match admin.create_topic(topic).await {
-            Ok(_) => break,
-            Err(e) if e.code() == Some(ErrorCode::TopicAlreadyExists) => break,
-            Err(e) if setup.elapsed() > SETUP_BOUND => {
-                anyhow::bail!("cannot create the topic: {e}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
-    for p in 0..options.partitions {
-        while leader_of(&brokers, TOPIC, p).await.is_none() {
-            anyhow::ensure!(setup.elapsed() < SETUP_BOUND, "partition {p} has no leader");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+    create_topic(&brokers, TOPIC, options.partitions, &options, SETUP_BOUND)
+        .await
+        .map_err(|e| anyhow::anyhow!(e))?;
     let spec = Spec {
         topic: TOPIC.into(),
         partitions: options.partitions,
@@ -628,38 +930,118 @@ async fn client(
         idempotent: !options.acks_leader,
         pace: options.pace,
         delivery_timeout: Duration::from_secs(60),
+        unpromised: if options.side_producers {
+            vec![Acks::Leader, Acks::None]
+        } else {
+            Vec::new()
+        },
     };
     let watching = Arc::new(AtomicBool::new(true));
-    let watch = tokio::spawn(watch_leaders(brokers.clone(), watching.clone()));
-    let mut workload = Workload::start(&brokers, &spec, Instant::now())?;
+    let watch = tokio::spawn(watch_leaders(brokers.clone(), watching.clone(), roles));
+    let epoch = Instant::now();
+    let mut workloads = vec![(spec.clone(), Workload::start(&brokers, &spec, epoch)?)];
+    let group = options
+        .group
+        .then(|| crate::group::Group::start(&brokers, TOPIC));
     started.store(true, Ordering::Release);
+    let late = options.late_topic_at().map(|at| {
+        let (brokers, options, spec) = (brokers.clone(), options.clone(), spec.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(at).await;
+            // While the faults go on it may take long; healing bounds it.
+            create_topic(
+                &brokers,
+                LATE_TOPIC,
+                LATE_PARTITIONS,
+                &options,
+                Duration::MAX,
+            )
+            .await?;
+            let spec = Spec {
+                topic: LATE_TOPIC.into(),
+                partitions: LATE_PARTITIONS,
+                producers: 1,
+                consumers: 1,
+                ..spec
+            };
+            let w = Workload::start(&brokers, &spec, epoch).map_err(|e| format!("{e:#}"))?;
+            Ok::<_, String>((spec, w))
+        })
+    });
     tokio::time::sleep(options.duration).await;
 
     // The driver heals every fault by now.
     let healing = Instant::now();
-    let healed = match wait_whole(&brokers, options.partitions, HEAL_BOUND).await {
+    let mut missing = None;
+    if let Some(task) = late {
+        match tokio::time::timeout(HEAL_BOUND, task).await {
+            Ok(Ok(Ok(w))) => workloads.push(w),
+            Ok(Ok(Err(e))) => missing = Some(e),
+            Ok(Err(e)) => missing = Some(format!("creating it failed: {e}")),
+            Err(_) => {
+                missing = Some(format!(
+                    "{LATE_TOPIC} could not be created within {HEAL_BOUND:?} of healing"
+                ))
+            }
+        }
+    }
+    let topics: Vec<(&str, i32)> = workloads
+        .iter()
+        .map(|(s, _)| (s.topic.as_str(), s.partitions))
+        .collect();
+    let healed = match wait_whole(&brokers, &topics, HEAL_BOUND).await {
         Ok(()) => {
-            let left = HEAL_BOUND.saturating_sub(healing.elapsed());
-            workload
-                .wait_acked(20, left)
-                .await
-                .map(|_| healing.elapsed())
+            let mut result = Ok(());
+            for (_, w) in &workloads {
+                let left = HEAL_BOUND.saturating_sub(healing.elapsed());
+                if let Err(e) = w.wait_acked(10, left).await {
+                    result = Err(e);
+                    break;
+                }
+            }
+            result.map(|()| healing.elapsed())
         }
         Err(e) => Err(e),
     };
-    let sends = workload.stop_producers(spec.delivery_timeout).await;
-    let _ = wait_whole(&brokers, options.partitions, HEAL_BOUND).await;
+    let _ = wait_whole(&brokers, &topics, HEAL_BOUND).await;
     let mut end = ClientEnd::default();
-    let mut read_to = BTreeMap::new();
-    for p in 0..options.partitions {
-        let (log, leader, hw, replicas) = read_partition(&brokers, p).await?;
-        read_to.insert(p, log.last().map_or(0, |(o, _)| o + 1));
-        end.logs.insert(p, log);
-        end.ends.insert(p, (leader, hw, replicas));
+    for (spec, mut workload) in workloads {
+        let sends = workload.stop_producers(spec.delivery_timeout).await;
+        let mut topic = TopicEnd::default();
+        let mut read_to = BTreeMap::new();
+        for p in 0..spec.partitions {
+            let (log, leader, hw, replicas) = read_partition(&brokers, &spec.topic, p).await?;
+            read_to.insert(p, log.last().map_or(0, |(o, _)| o + 1));
+            topic.logs.insert(p, log);
+            topic.ends.insert(p, (leader, hw, replicas));
+        }
+        topic.history = workload
+            .finish_consumers(read_to, Duration::from_secs(30), sends)
+            .await;
+        end.topics.insert(spec.topic, topic);
     }
-    end.history = workload
-        .finish_consumers(read_to, Duration::from_secs(30), sends)
-        .await;
+    if let Some(group) = group {
+        let ends: BTreeMap<i32, i64> = end.topics[TOPIC]
+            .logs
+            .iter()
+            .map(|(&p, log)| (p, log.last().map_or(0, |(o, _)| o + 1)))
+            .collect();
+        let healed = crate::group::wait_read_to_end(&brokers, TOPIC, &ends, HEAL_BOUND).await;
+        let members = group.stop(Duration::from_secs(10)).await;
+        let committed = crate::group::committed(&brokers, TOPIC).await;
+        end.group = Some(GroupEnd {
+            members,
+            committed,
+            healed,
+        });
+    }
+    if let Some(why) = missing {
+        let topic = TopicEnd {
+            missing: Some(why),
+            ..TopicEnd::default()
+        };
+        end.topics.insert(LATE_TOPIC.into(), topic);
+    }
     watching.store(false, Ordering::Release);
     let watched = watch.await.unwrap_or_default();
     end.leadership = watched.violations;
@@ -668,13 +1050,47 @@ async fn client(
     Ok(end)
 }
 
-/// Each broker's own account of the partitions it leads.
-async fn led(addr: &str) -> Option<Vec<pb::PartitionDescription>> {
+/// Creates `topic` (replication factor 3, or the cluster's size when
+/// smaller, `min.insync.replicas=2`) and waits until each partition has a
+/// leader, retrying for `bound`.
+async fn create_topic(
+    brokers: &Brokers,
+    topic: &str,
+    partitions: i32,
+    options: &Options,
+    bound: Duration,
+) -> Result<(), String> {
+    let bootstrap: Vec<String> = brokers.iter().map(|(_, a)| a.clone()).collect();
+    let admin = Admin::new(ClientConfig::new(&bootstrap.join(","))).map_err(|e| e.to_string())?;
+    let rf = options.brokers.min(3) as i32;
+    let start = Instant::now();
+    loop {
+        let new = NewTopic::new(topic, partitions, rf).with_config("min.insync.replicas", "2");
+        match admin.create_topic(new).await {
+            Ok(_) => break,
+            Err(e) if e.code() == Some(ErrorCode::TopicAlreadyExists) => break,
+            Err(e) if start.elapsed() > bound => return Err(format!("cannot create {topic}: {e}")),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+    for p in 0..partitions {
+        while leader_of(brokers, topic, p).await.is_none() {
+            if start.elapsed() > bound {
+                return Err(format!("{topic}-{p} has no leader"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
+}
+
+/// Each broker's own account of the partitions of `topics` it leads.
+async fn led(addr: &str, topics: &[&str]) -> Option<Vec<(String, pb::PartitionDescription)>> {
     let conn = Connection::connect(addr, "sim-watch", REQUEST_TIMEOUT)
         .await
         .ok()?;
     let body = Body::DescribeTopics(pb::DescribeTopicsRequest {
-        topics: vec![TOPIC.into()],
+        topics: topics.iter().map(|t| t.to_string()).collect(),
     });
     let Ok(Ok(Resp::DescribeTopics(d))) =
         tokio::time::timeout(REQUEST_TIMEOUT, conn.send(body)).await
@@ -684,11 +1100,26 @@ async fn led(addr: &str) -> Option<Vec<pb::PartitionDescription>> {
     Some(
         d.topics
             .into_iter()
-            .filter(|t| t.name == TOPIC)
-            .flat_map(|t| t.partitions)
-            .filter(|p| p.from_leader)
+            .filter(|t| topics.contains(&t.name.as_str()))
+            .flat_map(|t| {
+                let name = t.name;
+                t.partitions.into_iter().map(move |p| (name.clone(), p))
+            })
+            .filter(|(_, p)| p.from_leader)
             .collect(),
     )
+}
+
+/// The active controller, as a broker's metadata names it.
+async fn controller_of(addr: &str) -> Option<i32> {
+    let conn = Connection::connect(addr, "sim-watch", REQUEST_TIMEOUT)
+        .await
+        .ok()?;
+    let body = Body::DescribeCluster(pb::DescribeClusterRequest {});
+    match tokio::time::timeout(REQUEST_TIMEOUT, conn.send(body)).await {
+        Ok(Ok(Resp::DescribeCluster(d))) if d.controller_id > 0 => Some(d.controller_id),
+        _ => None,
+    }
 }
 
 /// What the leader watch saw.
@@ -698,34 +1129,51 @@ struct Watched {
     shrinks: Vec<Shrink>,
 }
 
-/// Until `watching` goes false: two brokers leading one partition in one
-/// epoch, or a broker's epoch going back (I7, I8); and every ISR shrink, with
-/// its simulated time, for the driver to judge (I11).
-async fn watch_leaders(brokers: Brokers, watching: Arc<AtomicBool>) -> Watched {
-    let mut leaders: BTreeMap<(i32, i32), i32> = BTreeMap::new();
-    let mut last: BTreeMap<(i32, i32), i32> = BTreeMap::new();
-    let mut isrs: BTreeMap<i32, (i32, i32, Vec<i32>)> = BTreeMap::new();
+/// Until `watching` goes false, for both topics: two brokers leading one
+/// partition in one epoch, or a broker's epoch going back (I7, I8); and
+/// every ISR shrink, with its simulated time, for the driver to judge (I11).
+/// It also keeps `roles` up to date for the targeted faults.
+async fn watch_leaders(
+    brokers: Brokers,
+    watching: Arc<AtomicBool>,
+    roles: Arc<Mutex<Roles>>,
+) -> Watched {
+    type Key = (String, i32);
+    let mut leaders: BTreeMap<(Key, i32), i32> = BTreeMap::new();
+    let mut last: BTreeMap<(i32, Key), i32> = BTreeMap::new();
+    let mut isrs: BTreeMap<Key, (i32, i32, Vec<i32>)> = BTreeMap::new();
     let mut watched = Watched::default();
     while watching.load(Ordering::Acquire) {
+        // Partition 0's leader in the highest epoch seen this round.
+        let mut leader0: Option<(i32, i32, Vec<i32>)> = None;
+        let mut controller = None;
         for (id, addr) in &brokers {
-            for p in led(addr).await.unwrap_or_default() {
-                let leader = *leaders.entry((p.partition, p.leader_epoch)).or_insert(*id);
+            if controller.is_none() {
+                controller = controller_of(addr).await;
+            }
+            for (topic, p) in led(addr, &[TOPIC, LATE_TOPIC]).await.unwrap_or_default() {
+                let first = topic == TOPIC && p.partition == 0;
+                if first && leader0.as_ref().is_none_or(|l| l.1 < p.leader_epoch) {
+                    leader0 = Some((*id, p.leader_epoch, p.replicas.clone()));
+                }
+                let key: Key = (topic, p.partition);
+                let leader = *leaders.entry((key.clone(), p.leader_epoch)).or_insert(*id);
                 if leader != *id {
                     watched.violations.push(format!(
-                        "partition {} epoch {}: led by {leader} and by {id}",
-                        p.partition, p.leader_epoch
+                        "{}-{} epoch {}: led by {leader} and by {id}",
+                        key.0, key.1, p.leader_epoch
                     ));
                 }
-                let seen = last.entry((*id, p.partition)).or_insert(p.leader_epoch);
+                let seen = last.entry((*id, key.clone())).or_insert(p.leader_epoch);
                 if p.leader_epoch < *seen {
                     watched.violations.push(format!(
-                        "broker {id} led partition {} in epoch {} after {}",
-                        p.partition, p.leader_epoch, seen
+                        "broker {id} led {}-{} in epoch {} after {}",
+                        key.0, key.1, p.leader_epoch, seen
                     ));
                 }
                 *seen = (*seen).max(p.leader_epoch);
                 let now = (*id, p.leader_epoch, p.isr.clone());
-                if let Some((was_leader, was_epoch, was_isr)) = isrs.insert(p.partition, now) {
+                if let Some((was_leader, was_epoch, was_isr)) = isrs.insert(key.clone(), now) {
                     let removed: Vec<i32> = was_isr
                         .iter()
                         .copied()
@@ -734,12 +1182,21 @@ async fn watch_leaders(brokers: Brokers, watching: Arc<AtomicBool>) -> Watched {
                     if (was_leader, was_epoch) == (*id, p.leader_epoch) && !removed.is_empty() {
                         watched.shrinks.push(Shrink {
                             at: turmoil::sim_elapsed().unwrap_or_default(),
-                            partition: p.partition,
+                            partition: format!("{}-{}", key.0, key.1),
                             leader: *id,
                             removed,
                         });
                     }
                 }
+            }
+        }
+        {
+            let mut roles = roles.lock().expect("roles");
+            if let Some((id, _, replicas)) = leader0 {
+                roles.leader = Some((id, replicas));
+            }
+            if controller.is_some() {
+                roles.controller = controller;
             }
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -749,35 +1206,43 @@ async fn watch_leaders(brokers: Brokers, watching: Arc<AtomicBool>) -> Watched {
     watched
 }
 
-/// Every partition led, by a leader whose own ISR is every replica.
-async fn whole(brokers: &Brokers, partitions: i32) -> Result<(), String> {
+/// Every partition of `topics` led, by a leader whose own ISR is every
+/// replica.
+async fn whole(brokers: &Brokers, topics: &[(&str, i32)]) -> Result<(), String> {
+    let names: Vec<&str> = topics.iter().map(|(t, _)| *t).collect();
     let mut views = BTreeMap::new();
     for (_, addr) in brokers {
-        for p in led(addr).await.unwrap_or_default() {
-            views.insert(p.partition, p);
+        for (topic, p) in led(addr, &names).await.unwrap_or_default() {
+            views.insert((topic, p.partition), p);
         }
     }
-    for p in 0..partitions {
-        let view = views
-            .get(&p)
-            .ok_or_else(|| format!("partition {p}: no leader"))?;
-        let (mut isr, mut replicas) = (view.isr.clone(), view.replicas.clone());
-        isr.sort_unstable();
-        replicas.sort_unstable();
-        if isr != replicas || !view.pending_isr.is_empty() {
-            return Err(format!(
-                "partition {p}: leader {} ISR {:?} of replicas {:?}",
-                view.leader_id, view.isr, view.replicas
-            ));
+    for &(topic, partitions) in topics {
+        for p in 0..partitions {
+            let view = views
+                .get(&(topic.to_string(), p))
+                .ok_or_else(|| format!("{topic}-{p}: no leader"))?;
+            let (mut isr, mut replicas) = (view.isr.clone(), view.replicas.clone());
+            isr.sort_unstable();
+            replicas.sort_unstable();
+            if isr != replicas || !view.pending_isr.is_empty() {
+                return Err(format!(
+                    "{topic}-{p}: leader {} ISR {:?} of replicas {:?}",
+                    view.leader_id, view.isr, view.replicas
+                ));
+            }
         }
     }
     Ok(())
 }
 
-async fn wait_whole(brokers: &Brokers, partitions: i32, bound: Duration) -> Result<(), String> {
+async fn wait_whole(
+    brokers: &Brokers,
+    topics: &[(&str, i32)],
+    bound: Duration,
+) -> Result<(), String> {
     let start = Instant::now();
     loop {
-        match whole(brokers, partitions).await {
+        match whole(brokers, topics).await {
             Ok(()) => return Ok(()),
             Err(e) if start.elapsed() > bound => return Err(format!("within {bound:?}: {e}")),
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
@@ -785,18 +1250,19 @@ async fn wait_whole(brokers: &Brokers, partitions: i32, bound: Duration) -> Resu
     }
 }
 
-/// Partition `p` up to its high watermark from its leader: (records, leader,
-/// high watermark, replicas).
+/// Partition `p` of `topic` up to its high watermark from its leader:
+/// (records, leader, high watermark, replicas).
 async fn read_partition(
     brokers: &Brokers,
+    topic: &str,
     p: i32,
 ) -> anyhow::Result<(Vec<(i64, String)>, i32, i64, Vec<i32>)> {
     let start = Instant::now();
     loop {
-        match read_once(brokers, p).await {
+        match read_once(brokers, topic, p).await {
             Ok(read) => return Ok(read),
             Err(e) if start.elapsed() > HEAL_BOUND => {
-                return Err(e.context(format!("reading partition {p}")))
+                return Err(e.context(format!("reading {topic}-{p}")))
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
@@ -805,9 +1271,10 @@ async fn read_partition(
 
 async fn read_once(
     brokers: &Brokers,
+    topic: &str,
     p: i32,
 ) -> anyhow::Result<(Vec<(i64, String)>, i32, i64, Vec<i32>)> {
-    let (leader, epoch) = leader_of(brokers, TOPIC, p)
+    let (leader, epoch) = leader_of(brokers, topic, p)
         .await
         .ok_or_else(|| anyhow::anyhow!("no leader"))?;
     let addr = &brokers
@@ -815,14 +1282,15 @@ async fn read_once(
         .find(|(id, _)| *id == leader)
         .ok_or_else(|| anyhow::anyhow!("leader {leader} is no broker"))?
         .1;
-    let view = led(addr)
+    let view = led(addr, &[topic])
         .await
         .and_then(|v| {
             v.into_iter()
+                .map(|(_, d)| d)
                 .find(|d| d.partition == p && d.leader_epoch == epoch)
         })
-        .ok_or_else(|| anyhow::anyhow!("broker {leader} does not lead partition {p}"))?;
+        .ok_or_else(|| anyhow::anyhow!("broker {leader} does not lead {topic}-{p}"))?;
     let conn = Connection::connect(addr, "sim-final", REQUEST_TIMEOUT).await?;
-    let (records, hw) = read_to_high_watermark(&conn, TOPIC, p, epoch).await?;
+    let (records, hw) = read_to_high_watermark(&conn, topic, p, epoch).await?;
     Ok((records, leader, hw, view.replicas))
 }

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use syncline_sim::plan::Kind;
 use syncline_sim::run::{run, Options};
 
 syncline_sim::replace_os_randomness!();
@@ -28,9 +29,90 @@ fn fixed_seeds_keep_every_invariant_through_overlapping_faults() {
         assert!(report.verdict.acked > 100, "{report}");
         assert!(report.verdict.polls > 0, "{report}");
         assert!(report.healed.is_ok(), "{report}");
+        // Both topics written and read, by producers inside and beside the
+        // promise.
+        for topic in ["sim", "sim-late"] {
+            let line = topic_line(&report.trace, topic);
+            assert!(
+                !line.contains(" 0 acknowledged") && !line.contains(" 0 polls"),
+                "{line}"
+            );
+            assert!(!line.contains(" 0 beside"), "{line}");
+        }
         faults += report.faults;
     }
     assert!(faults >= 10, "{faults} faults in three seeds");
+}
+
+/// The trace's summary line of `topic`.
+fn topic_line<'a>(trace: &'a [String], topic: &str) -> &'a str {
+    let prefix = format!("topic {topic}: ");
+    trace
+        .iter()
+        .find(|l| l.starts_with(&prefix))
+        .unwrap_or_else(|| panic!("no line for {topic}: {trace:?}"))
+}
+
+/// Faults aimed at a role (partition 0's leader, the active controller) hit
+/// the broker that holds it, and the cluster keeps every promise through them.
+#[test]
+fn targeted_faults_find_their_targets() {
+    let report = run(&Options {
+        kinds: vec![Kind::LeaderCrash, Kind::ControllerPause, Kind::Bridge],
+        ..options(11, 10)
+    })
+    .expect("the simulation runs");
+    assert!(
+        report.valid(),
+        "{report}
+trace:
+{}",
+        report.trace.join("\n")
+    );
+    let resolved = |prefix: &str, then: &str| {
+        report
+            .trace
+            .iter()
+            .any(|l| l.contains(prefix) && l.contains(then))
+    };
+    assert!(
+        resolved("crash partition 0's leader: ", "crash broker "),
+        "{:?}",
+        report.trace
+    );
+    assert!(
+        resolved("pause the active controller: ", "pause broker "),
+        "{:?}",
+        report.trace
+    );
+    assert!(
+        resolved("from its followers: ", " <-> "),
+        "{:?}",
+        report.trace
+    );
+}
+
+/// A disk that fails fsyncs fails the broker's log; the broker stops (as
+/// Kafka's does when its log directory fails), its supervisor restarts it,
+/// and once the disk works again it catches up: every promise kept.
+#[test]
+fn a_failing_disk_stops_the_broker_and_a_restart_recovers_it() {
+    let report = run(&Options {
+        kinds: vec![Kind::DiskError],
+        ..options(5, 10)
+    })
+    .expect("the simulation runs");
+    assert!(
+        report.valid(),
+        "{report}
+trace:
+{}",
+        report.trace.join("\n")
+    );
+    let saw = |what: &str| report.trace.iter().any(|l| l.contains(what));
+    assert!(saw("fail (EIO)"), "{:?}", report.trace);
+    assert!(saw("stopped on its own"), "{:?}", report.trace);
+    assert!(saw("restarted by its supervisor"), "{:?}", report.trace);
 }
 
 #[test]
