@@ -245,11 +245,22 @@ fn run_child(args: &Args, seed: u64) -> Tally {
 fn main() -> ExitCode {
     let args = Args::parse();
     // RUST_LOG=syncline_broker=debug: every host's log, interleaved, on stderr.
+    // Built on a thread of its own: std keys each thread's `HashMap`s from a
+    // counter bumped by every map made, and the filter makes maps. Made on
+    // this thread, they would shift the keys of the simulation's maps, so
+    // that a seed with the log on would not replay the seed without it.
     if std::env::var_os("RUST_LOG").is_some() {
-        tracing_subscriber::fmt()
-            .with_writer(std::io::stderr)
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .init();
+        let subscriber = std::thread::spawn(|| {
+            tracing_subscriber::fmt()
+                .with_writer(std::io::stderr)
+                .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+                .finish()
+        })
+        .join()
+        .expect("building the log subscriber");
+        if let Err(e) = tracing_subscriber::util::SubscriberInitExt::try_init(subscriber) {
+            eprintln!("syncline-sim: RUST_LOG ignored: {e}");
+        }
     }
     if std::env::var_os(CHILD_VAR).is_some() {
         let seed = args.seed.unwrap_or_default();

@@ -286,11 +286,34 @@ impl fmt::Display for Report {
         }
         let counts: Vec<String> = v.counts().iter().map(|(k, n)| format!("{k} {n}")).collect();
         writeln!(f, "INVALID: {}", counts.join(", "))?;
-        for violation in v.violations.iter().take(5) {
+        for violation in shown_findings(&v.violations) {
             writeln!(f, "  {}: {}", violation.kind, violation.detail)?;
         }
         write!(f, "replay: {}", self.options.replay_command())
     }
+}
+
+/// The findings a verdict prints: the first of every kind (one kind's many
+/// findings often follow from another's single one, which must not be
+/// crowded out), then more in order, up to five in all.
+fn shown_findings(all: &[Violation]) -> Vec<&Violation> {
+    let mut shown: Vec<&Violation> = Vec::new();
+    for v in all {
+        if !shown.iter().any(|s| s.kind == v.kind) {
+            shown.push(v);
+        }
+    }
+    for v in all {
+        if shown.len() >= 5 {
+            break;
+        }
+        if !shown.iter().any(|s| std::ptr::eq(*s, v)) {
+            shown.push(v);
+        }
+    }
+    // In the order they were found.
+    shown.sort_by_key(|s| all.iter().position(|v| std::ptr::eq(v, *s)));
+    shown
 }
 
 fn host(n: i32) -> String {
