@@ -197,7 +197,7 @@ impl Broker {
                 self.rm.offsets_for_leader_epoch(&r),
             )),
             Body::LeaderAndIsr(r) => {
-                let answer = self.rm.apply_leader_and_isr(&r);
+                let answer = off_the_runtime(|| self.rm.apply_leader_and_isr(&r));
                 if r.security.is_some() {
                     self.user_connections
                         .close_removed(|user| self.metadata.user_exists(user));
@@ -1059,11 +1059,11 @@ async fn periodic(
             next_shrink = now + rm.shrink_check_interval();
         }
         if now >= next_checkpoint {
-            rm.checkpoint_high_watermarks();
+            off_the_runtime(|| rm.checkpoint_high_watermarks());
             next_checkpoint = now + checkpoint_every;
         }
         if now >= next_flush {
-            rm.flush_due();
+            off_the_runtime(|| rm.flush_due());
             next_flush = now + flush_every;
             if let Some((tp, why)) = rm.failed_log() {
                 tracing::error!(partition = %tp, error = %why, "a log failed: the broker stops; restart it to recover its logs");
@@ -1072,7 +1072,7 @@ async fn periodic(
             }
         }
         if now >= next_retention {
-            rm.apply_retention();
+            off_the_runtime(|| rm.apply_retention());
             next_retention = now + retention_every;
         }
     }
@@ -1085,5 +1085,22 @@ fn peer_host(peer: &str) -> &str {
             host.trim_start_matches('[').trim_end_matches(']')
         }
         _ => peer,
+    }
+}
+
+/// Runs `work`, which blocks on the disk (creating or opening logs, fsyncs,
+/// checkpoints of every partition) or on the metadata update lock, without
+/// starving the runtime: on a
+/// multi-threaded runtime the worker hands its other tasks to another thread
+/// first (`block_in_place`). Applying a LeaderAndIsr that creates thousands of
+/// partitions takes seconds; done on a worker as it is, it held both workers of
+/// a two-core machine (the second waiting for the update lock) and the
+/// controller quorum, in the same process, missed its heartbeats and lost its
+/// leader. On a current-thread runtime (the simulation) it runs inline, as
+/// nothing else could run meanwhile anyway.
+fn off_the_runtime<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
     }
 }

@@ -71,6 +71,12 @@ pub struct Log {
     /// Only the active segment may hold unflushed batches.
     segments: Vec<Segment>,
     epochs: LeaderEpochCache,
+    /// The epoch cache holds an entry its checkpoint does not: a new leader's
+    /// epoch, assigned at the log end before any batch of it. It is written
+    /// with the first batch that needs it (or at close), not at once: until
+    /// then no batch depends on it, and a new leader of thousands of empty
+    /// partitions would otherwise pay two fsyncs for each.
+    epochs_unpersisted: bool,
     /// Every batch below this offset is fsynced.
     recovery_point: i64,
     /// The recovery point in the checkpoint file; behind `recovery_point` while both
@@ -81,9 +87,14 @@ pub struct Log {
     oldest_unflushed_append_ms: Option<i64>,
     /// Set when an I/O failure left the files in a state the log cannot describe.
     failed: Option<String>,
-    /// `write_high_watermark` takes `&self`: concurrent callers would share the
-    /// checkpoint's temporary file.
-    high_watermark_lock: Mutex<()>,
+    /// The high watermark the checkpoint file holds (`None`: unknown), under a
+    /// lock because `write_high_watermark` takes `&self` and concurrent callers
+    /// would share the checkpoint's temporary file. An unchanged value is not
+    /// written again: the broker checkpoints every partition every few seconds,
+    /// and two fsyncs per idle partition would keep the disk busy (thousands of
+    /// partitions saturated it, and the controller quorum's own fsyncs queued
+    /// behind them).
+    high_watermark_on_disk: Mutex<Option<i64>>,
     /// Idempotent producers' state, folded from every batch in the log.
     producers: ProducerStates,
 }
@@ -112,26 +123,38 @@ impl Log {
             config,
             segments: recovered.segments,
             epochs: recovered.epochs,
+            epochs_unpersisted: false,
             recovery_point: 0,
             persisted_recovery_point: 0,
             oldest_unflushed_append_ms: None,
             failed: None,
-            high_watermark_lock: Mutex::new(()),
+            high_watermark_on_disk: Mutex::new(None),
             producers: ProducerStates::default(),
         };
+        // No checkpoint file reads as 0, as a file holding 0 would.
+        *log.high_watermark_on_disk
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner) =
+            checkpoint::read_offset(&log.dir, HIGH_WATERMARK_FILE)
+                .ok()
+                .map(|hw| hw.unwrap_or(0));
         log.rebuild_producers()?;
         if recovered.epochs_changed {
             log.write_epochs()?;
         }
         // What survived is made durable with its index, so that the recovery point
         // can move to the end and the next crash revalidates only new batches.
-        for segment in &mut log.segments {
+        // An empty segment has nothing to make durable (its index is rebuilt,
+        // trivially, if its files are missing): a new partition's log costs no
+        // fsync here.
+        for segment in log.segments.iter_mut().filter(|s| s.size_bytes() > 0) {
             segment.persist_index()?;
             segment.flush()?;
         }
         log.recovery_point = log.log_end_offset();
         log.persisted_recovery_point = log.recovery_point;
-        if recovered.persisted_recovery_point != Some(log.recovery_point) {
+        // No checkpoint reads as recovery point 0, as one holding 0 would.
+        if recovered.persisted_recovery_point.unwrap_or(0) != log.recovery_point {
             checkpoint::write_offset(&log.dir, RECOVERY_POINT_FILE, log.recovery_point)?;
         }
         if recovered.clean_shutdown {
@@ -377,7 +400,7 @@ impl Log {
         if pending.is_empty() {
             return Ok(nothing_appended(log_end_offset));
         }
-        if self.epochs.assign(leader_epoch, log_end_offset)? {
+        if self.epochs.assign(leader_epoch, log_end_offset)? || self.epochs_unpersisted {
             let written = self.write_epochs();
             self.fatal(written)?;
         }
@@ -438,7 +461,7 @@ impl Log {
                 epochs_changed |= self.epochs.assign(epoch, b.header.base_offset)?;
             }
         }
-        if epochs_changed {
+        if epochs_changed || self.epochs_unpersisted {
             let written = self.write_epochs();
             self.fatal(written)?;
         }
@@ -957,8 +980,12 @@ impl Log {
             });
         }
         if self.epochs.assign(epoch, start_offset)? {
-            let written = self.write_epochs();
-            self.fatal(written)?;
+            if start_offset == self.log_end_offset() {
+                self.epochs_unpersisted = true;
+            } else {
+                let written = self.write_epochs();
+                self.fatal(written)?;
+            }
         }
         Ok(())
     }
@@ -986,12 +1013,14 @@ impl Log {
         self.epochs.entries().to_vec()
     }
 
-    fn write_epochs(&self) -> Result<(), LogError> {
+    fn write_epochs(&mut self) -> Result<(), LogError> {
         checkpoint::write_atomic(
             &self.dir,
             LEADER_EPOCH_FILE,
             self.epochs.to_checkpoint().as_bytes(),
-        )
+        )?;
+        self.epochs_unpersisted = false;
+        Ok(())
     }
 
     // --- checkpoints and shutdown ---
@@ -999,11 +1028,18 @@ impl Log {
     /// Checkpoints the high watermark (written periodically by the broker).
     pub fn write_high_watermark(&self, high_watermark: i64) -> Result<(), LogError> {
         self.check_failed()?;
-        let _guard = self
-            .high_watermark_lock
+        let mut on_disk = self
+            .high_watermark_on_disk
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        checkpoint::write_offset(&self.dir, HIGH_WATERMARK_FILE, high_watermark)
+        if *on_disk == Some(high_watermark) {
+            return Ok(());
+        }
+        // Unknown until the write succeeds: a failed write may have left either.
+        *on_disk = None;
+        checkpoint::write_offset(&self.dir, HIGH_WATERMARK_FILE, high_watermark)?;
+        *on_disk = Some(high_watermark);
+        Ok(())
     }
 
     /// The checkpointed high watermark, clamped to the log: a crash may have taken
@@ -1024,6 +1060,9 @@ impl Log {
     /// every later operation (the marker would otherwise lie).
     pub fn close(&mut self) -> Result<(), LogError> {
         self.flush()?;
+        if self.epochs_unpersisted {
+            self.write_epochs()?;
+        }
         for segment in &mut self.segments {
             segment.persist_index()?;
         }

@@ -41,7 +41,9 @@ pub(crate) fn recover_dir(dir: &Path, config: &LogConfig) -> Result<Recovered, L
     let bases = list_segments(dir)?;
     let clean_shutdown = dir.join(CLEAN_SHUTDOWN_FILE).exists();
     let persisted_recovery_point = checkpoint::read_offset(dir, RECOVERY_POINT_FILE)?;
-    let (mut epochs, epochs_trusted) = match checkpoint::read(dir, LEADER_EPOCH_FILE)? {
+    let epoch_text = checkpoint::read(dir, LEADER_EPOCH_FILE)?;
+    let epoch_file = epoch_text.is_some();
+    let (mut epochs, epochs_trusted) = match epoch_text {
         Some(text) => match LeaderEpochCache::from_checkpoint(&text) {
             Ok(cache) => (cache, true),
             Err(reason) => {
@@ -94,8 +96,8 @@ pub(crate) fn recover_dir(dir: &Path, config: &LogConfig) -> Result<Recovered, L
         }
     }
     if segments.is_empty() {
+        // Its directory is fsynced with its first bytes (`Segment::flush`).
         segments.push(Segment::create(dir, 0)?);
-        checkpoint::sync_dir(dir)?;
     }
 
     let log_start_offset = segments[0].base_offset();
@@ -107,7 +109,10 @@ pub(crate) fn recover_dir(dir: &Path, config: &LogConfig) -> Result<Recovered, L
     epochs.truncate_from_start(log_start_offset);
     Ok(Recovered {
         segments,
-        epochs_changed: !epochs_trusted || epochs != loaded_epochs,
+        // A missing checkpoint of an empty cache (a new log) is not rewritten
+        // empty.
+        epochs_changed: (!epochs_trusted && (epoch_file || !epochs.entries().is_empty()))
+            || epochs != loaded_epochs,
         epochs,
         clean_shutdown,
         persisted_recovery_point,

@@ -222,6 +222,11 @@ pub(crate) struct Segment {
     contents: Contents,
     /// Bytes were written (or the file was cut) since the last fsync.
     unflushed: bool,
+    /// The file was created and its directory not fsynced since: the first
+    /// fsync of its bytes fsyncs the directory too, so that the bytes cannot
+    /// outlive their name. Deferred to then, creating an empty log costs no
+    /// fsync (an empty log and a missing one are the same).
+    dir_unsynced: bool,
     /// Test hook: the next write stops after this many bytes and fails.
     #[cfg(test)]
     pub(crate) fail_write_after_bytes: Option<usize>,
@@ -248,6 +253,7 @@ impl Segment {
             path,
             contents,
             unflushed,
+            dir_unsynced: false,
             #[cfg(test)]
             fail_write_after_bytes: None,
             #[cfg(test)]
@@ -269,12 +275,9 @@ impl Segment {
     pub(crate) fn create(dir: &Path, base_offset: i64) -> Result<Self, LogError> {
         let path = segment_file(dir, base_offset, LOG_SUFFIX);
         let file = Self::open_file(&path, true)?;
-        Ok(Self::from_parts(
-            file,
-            path,
-            Contents::empty(dir, base_offset),
-            false,
-        ))
+        let mut segment = Self::from_parts(file, path, Contents::empty(dir, base_offset), false);
+        segment.dir_unsynced = true;
+        Ok(segment)
     }
 
     /// Loads a segment whose batches were fsynced (below the recovery point, or
@@ -620,7 +623,7 @@ impl Segment {
         contents.index.persist()?;
         crate::disk::sync_data(&self.file, &self.path, position).ctx(&self.path)?;
         self.unflushed = false;
-        Ok(())
+        self.sync_dir_once()
     }
 
     /// fsyncs the batches written since the last flush.
@@ -629,6 +632,18 @@ impl Segment {
             crate::disk::sync_data(&self.file, &self.path, self.contents.size_bytes)
                 .ctx(&self.path)?;
             self.unflushed = false;
+            self.sync_dir_once()?;
+        }
+        Ok(())
+    }
+
+    /// fsyncs the directory of a file created since, once.
+    fn sync_dir_once(&mut self) -> Result<(), LogError> {
+        if self.dir_unsynced {
+            if let Some(dir) = self.path.parent() {
+                crate::checkpoint::sync_dir(dir)?;
+            }
+            self.dir_unsynced = false;
         }
         Ok(())
     }

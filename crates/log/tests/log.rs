@@ -49,6 +49,61 @@ fn empty_directory_becomes_an_empty_log_at_zero() {
 }
 
 #[test]
+fn a_new_log_writes_no_checkpoint_and_reopens_the_same() {
+    // Creating thousands of partitions must not cost fsyncs of files that
+    // would only say "empty": a missing checkpoint reads as an empty one.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("topic-0");
+    let log = Log::open(&path, LogConfig::default()).unwrap();
+    let mut names: Vec<String> = fs::read_dir(&path)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["00000000000000000000.log"]);
+    drop(log);
+    let mut log = Log::open(&path, LogConfig::default()).unwrap();
+    assert_eq!(log.log_end_offset(), 0);
+    assert_eq!(log.recovery_point(), 0);
+    assert!(log.epoch_entries().is_empty());
+    assert_eq!(log.read_high_watermark(), None);
+    // And it takes appends as any log does.
+    fill(&mut log, 2, 3, 4);
+    drop(log);
+    let log = Log::open(&path, LogConfig::default()).unwrap();
+    assert_eq!(log.log_end_offset(), 6);
+    assert_eq!(log.epoch_entries(), entries(&[(4, 0)]));
+}
+
+#[test]
+fn an_unchanged_high_watermark_is_not_written_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small_config(1 << 20)).unwrap();
+    fill(&mut log, 2, 5, 1);
+    let file = dir.path().join("high-watermark");
+    // 0 is what no file says already.
+    log.write_high_watermark(0).unwrap();
+    assert!(!file.exists());
+    log.write_high_watermark(7).unwrap();
+    assert_eq!(log.read_high_watermark(), Some(7));
+    // Removed behind the log's back, the same value is not rewritten: the
+    // log knows what it last wrote, and writes only a change.
+    fs::remove_file(&file).unwrap();
+    log.write_high_watermark(7).unwrap();
+    assert!(!file.exists());
+    log.write_high_watermark(8).unwrap();
+    assert_eq!(log.read_high_watermark(), Some(8));
+    // A reopened log knows what its file holds.
+    drop(log);
+    let log = Log::open(dir.path(), small_config(1 << 20)).unwrap();
+    fs::remove_file(&file).unwrap();
+    log.write_high_watermark(8).unwrap();
+    assert!(!file.exists());
+    log.write_high_watermark(9).unwrap();
+    assert_eq!(log.read_high_watermark(), Some(9));
+}
+
+#[test]
 fn leader_append_stamps_offsets_and_epoch_without_touching_the_crc_region() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = Log::open(dir.path(), LogConfig::default()).unwrap();
