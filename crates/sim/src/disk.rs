@@ -52,22 +52,14 @@ impl SimDisk {
     /// Fills (or frees) the disk under `dir`: writes there fail with ENOSPC.
     pub fn set_full(&self, dir: &Path, full: bool) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if full {
-            s.full.insert(dir.to_path_buf());
-        } else {
-            s.full.remove(dir);
-        }
+        mark(&mut s.full, dir, full);
     }
 
     /// Makes fsyncs under `dir` fail with EIO (or work again): the disk takes
     /// writes but cannot make them durable.
     pub fn set_failing(&self, dir: &Path, failing: bool) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if failing {
-            s.failing.insert(dir.to_path_buf());
-        } else {
-            s.failing.remove(dir);
-        }
+        mark(&mut s.failing, dir, failing);
     }
 
     /// A power loss under `dir`: every segment file there is cut back to what
@@ -111,6 +103,15 @@ pub struct Installed(());
 impl Drop for Installed {
     fn drop(&mut self) {
         syncline_log::disk::install(None);
+    }
+}
+
+/// Puts `dir` in `set` or takes it out.
+fn mark(set: &mut BTreeSet<PathBuf>, dir: &Path, on: bool) {
+    if on {
+        set.insert(dir.to_path_buf());
+    } else {
+        set.remove(dir);
     }
 }
 

@@ -297,23 +297,23 @@ impl fmt::Display for Report {
 /// findings often follow from another's single one, which must not be
 /// crowded out), then more in order, up to five in all.
 fn shown_findings(all: &[Violation]) -> Vec<&Violation> {
-    let mut shown: Vec<&Violation> = Vec::new();
-    for v in all {
-        if !shown.iter().any(|s| s.kind == v.kind) {
-            shown.push(v);
+    let mut shown: Vec<usize> = Vec::new();
+    for (i, v) in all.iter().enumerate() {
+        if !shown.iter().any(|&j| all[j].kind == v.kind) {
+            shown.push(i);
         }
     }
-    for v in all {
+    for i in 0..all.len() {
         if shown.len() >= 5 {
             break;
         }
-        if !shown.iter().any(|s| std::ptr::eq(*s, v)) {
-            shown.push(v);
+        if !shown.contains(&i) {
+            shown.push(i);
         }
     }
     // In the order they were found.
-    shown.sort_by_key(|s| all.iter().position(|v| std::ptr::eq(v, *s)));
-    shown
+    shown.sort_unstable();
+    shown.into_iter().map(|i| &all[i]).collect()
 }
 
 fn host(n: i32) -> String {
@@ -1316,4 +1316,29 @@ async fn read_once(
     let conn = Connection::connect(addr, "sim-final", REQUEST_TIMEOUT).await?;
     let (records, hw) = read_to_high_watermark(&conn, topic, p, epoch).await?;
     Ok((records, leader, hw, view.replicas))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use syncline_chaos::checker::Kind;
+
+    #[test]
+    fn a_verdict_shows_the_first_finding_of_every_kind_in_order() {
+        let found = |kind, n: usize| Violation {
+            kind,
+            detail: n.to_string(),
+        };
+        let mut all: Vec<Violation> = (0..7).map(|n| found(Kind::Duplicate, n)).collect();
+        all.push(found(Kind::NotHealed, 7));
+        all.push(found(Kind::LostWrite, 8));
+        let shown: Vec<&str> = shown_findings(&all)
+            .iter()
+            .map(|v| v.detail.as_str())
+            .collect();
+        // The two lone kinds are not crowded out by the seven duplicates.
+        assert_eq!(shown, ["0", "1", "2", "7", "8"]);
+        let few = &all[..2];
+        assert_eq!(shown_findings(few).len(), 2);
+    }
 }

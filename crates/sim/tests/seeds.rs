@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use syncline_sim::plan::Kind;
-use syncline_sim::run::{run, Options};
+use syncline_sim::run::{run, Options, Report};
 
 syncline_sim::replace_os_randomness!();
 
@@ -14,6 +14,15 @@ fn options(seed: u64, seconds: u64) -> Options {
         duration: Duration::from_secs(seconds),
         ..Options::new(seed)
     }
+}
+
+/// The run kept every invariant; else its verdict and whole trace.
+fn assert_valid(report: &Report) {
+    assert!(
+        report.valid(),
+        "{report}\ntrace:\n{}",
+        report.trace.join("\n")
+    );
 }
 
 #[test]
@@ -62,13 +71,7 @@ fn targeted_faults_find_their_targets() {
         ..options(11, 10)
     })
     .expect("the simulation runs");
-    assert!(
-        report.valid(),
-        "{report}
-trace:
-{}",
-        report.trace.join("\n")
-    );
+    assert_valid(&report);
     let resolved = |prefix: &str, then: &str| {
         report
             .trace
@@ -102,13 +105,7 @@ fn a_failing_disk_stops_the_broker_and_a_restart_recovers_it() {
         ..options(5, 10)
     })
     .expect("the simulation runs");
-    assert!(
-        report.valid(),
-        "{report}
-trace:
-{}",
-        report.trace.join("\n")
-    );
+    assert_valid(&report);
     let saw = |what: &str| report.trace.iter().any(|l| l.contains(what));
     assert!(saw("fail (EIO)"), "{:?}", report.trace);
     assert!(saw("stopped on its own"), "{:?}", report.trace);
