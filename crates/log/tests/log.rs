@@ -76,6 +76,25 @@ fn a_new_log_writes_no_checkpoint_and_reopens_the_same() {
 }
 
 #[test]
+fn a_new_leaders_epoch_is_written_with_its_first_batch_or_at_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("leader-epoch-checkpoint");
+    let mut log = Log::open(dir.path(), small_config(1 << 20)).unwrap();
+    fill(&mut log, 1, 2, 1);
+    log.assign_epoch(3, 2).unwrap();
+    // At the log end: nothing depends on it yet, so it is not written...
+    assert_eq!(fs::read_to_string(&file).unwrap(), "0\n1\n1 0\n");
+    assert_eq!(log.epoch_entries(), entries(&[(1, 0), (3, 2)]));
+    // ...until a batch of it is (even one stamped by the same epoch).
+    fill(&mut log, 1, 2, 3);
+    assert_eq!(fs::read_to_string(&file).unwrap(), "0\n2\n1 0\n3 2\n");
+    // A clean close writes an entry no batch has needed yet.
+    log.assign_epoch(4, 4).unwrap();
+    log.close().unwrap();
+    assert_eq!(fs::read_to_string(&file).unwrap(), "0\n3\n1 0\n3 2\n4 4\n");
+}
+
+#[test]
 fn an_unchanged_high_watermark_is_not_written_again() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = Log::open(dir.path(), small_config(1 << 20)).unwrap();
