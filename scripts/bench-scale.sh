@@ -24,7 +24,8 @@
 #   scripts/bench-scale.sh --keep     keep the throwaway directory (logs)
 #
 # Environment: SCALE_PARTITIONS (e.g. "3 300 3000"), SCALE_RECORDS (records
-# produced per partition count). Writes the table to stdout, and with
+# produced per partition count), SCALE_RUST_LOG (the brokers' RUST_LOG,
+# default warn; their logs stay with --keep). Writes the table to stdout, and with
 # SCALE_REPORT=FILE also as Markdown to FILE. Everything started here is
 # stopped on every exit path.
 set -euo pipefail
