@@ -144,30 +144,7 @@ sl() { timeout 120 "$SYNCLINE" --bootstrap-server "$bootstrap" "$@"; }
 
 now_ms() { date +%s%3N; }
 
-# The brokers' CPU time (utime + stime, clock ticks) summed.
-cpu_ticks() {
-    local pid total=0 fields
-    for pid in "$@"; do
-        # Fields after the command name: utime and stime are the 12th and 13th.
-        fields=$(sed 's/^.*) //' "/proc/$pid/stat")
-        total=$((total + $(echo "$fields" | awk '{print $12 + $13}')))
-    done
-    echo "$total"
-}
 
-# The partitions of topic $1 as "partition leader isr_size" lines.
-partition_lines() {
-    sl topic describe "$1" --json 2>/dev/null | python3 -c '
-import json, sys
-for p in json.load(sys.stdin)["partitions"]:
-    print(p["partition"], p["leader"], len(p["isr"]))'
-}
-
-all_led_in_sync() { # topic partitions
-    local n
-    n=$(partition_lines "$1" | awk '$2 >= 0 && $3 == 3' | wc -l) || return 1
-    [ "$n" -eq "$2" ]
-}
 
 report="$work/rows"
 : >"$report"
@@ -180,7 +157,7 @@ for p in $counts; do
     start=$(now_ms)
     sl topic create scale --replication-factor 3 --partitions "$p" \
         --config min.insync.replicas=2 >/dev/null
-    wait_until 300 all_led_in_sync scale "$p" ||
+    wait_until 300 all_led_in_sync sl scale "$p" 3 ||
         die "$p partitions: not every partition had a leader and a full ISR within 300 s"
     create_ms=$(($(now_ms) - start))
     echo "    created, all led with a full ISR, in $create_ms ms"
@@ -234,10 +211,10 @@ PY
     controller=$(sl cluster describe --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["controller_id"])')
     victim=3
     [ "$controller" != 3 ] || victim=2
-    led=$(partition_lines scale | awk -v v="$victim" '$2 == v' | wc -l)
+    led=$(partition_lines sl scale | awk -v v="$victim" '$2 == v' | wc -l)
     kill -KILL "${pids[$((victim - 1))]}"
     start=$(now_ms)
-    still_led() { partition_lines scale | awk -v v="$victim" '$2 == v || $2 < 0 {n++} END {exit n > 0 ? 0 : 1}'; }
+    still_led() { partition_lines sl scale | awk -v v="$victim" '$2 == v || $2 < 0 {n++} END {exit n > 0 ? 0 : 1}'; }
     moved=1
     while still_led; do
         if [ $(($(now_ms) - start)) -gt $((session_timeout_ms + 60000)) ]; then

@@ -84,6 +84,35 @@ wait_until() {
     done
 }
 
+# cpu_ticks PID...: the processes' CPU time (utime + stime, clock ticks) summed.
+cpu_ticks() {
+    local pid total=0 fields
+    for pid in "$@"; do
+        # Fields after the command name: utime and stime are the 12th and 13th.
+        fields=$(sed 's/^.*) //' "/proc/$pid/stat")
+        total=$((total + $(echo "$fields" | awk '{print $12 + $13}')))
+    done
+    echo "$total"
+}
+
+# partition_lines CLI TOPIC: TOPIC's partitions as "partition leader isr_size"
+# lines, CLI being a command (or shell function) that runs syncline against the
+# cluster.
+partition_lines() {
+    "$1" topic describe "$2" --json 2>/dev/null | python3 -c '
+import json, sys
+for p in json.load(sys.stdin)["partitions"]:
+    print(p["partition"], p["leader"], len(p["isr"]))'
+}
+
+# all_led_in_sync CLI TOPIC PARTITIONS RF: true when every one of TOPIC's
+# PARTITIONS partitions has a leader and RF replicas in sync.
+all_led_in_sync() {
+    local n
+    n=$(partition_lines "$1" "$2" | awk -v rf="$4" '$2 >= 0 && $3 == rf' | wc -l) || return 1
+    [ "$n" -eq "$3" ]
+}
+
 # ---------------------------------------------------------------- network
 
 # True when something accepts TCP connections on HOST:PORT.
