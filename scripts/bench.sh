@@ -40,7 +40,8 @@
 # (k) hands them to librdkafka as they are), BENCH_REPEATS (runs per phase),
 # BENCH_BIN (a directory with prebuilt synclined, syncline and rf3-floor,
 # absolute or relative to the repository: e.g. an older commit's, for a
-# "before"; nothing is built then), BENCH_SUMMARY=FILE (write the figures as
+# "before"; nothing is built then), BENCH_PROFILE="LABEL..." (profile these
+# runs with perf, e.g. "b-1 f-1": see run_phase), BENCH_SUMMARY=FILE (write the figures as
 # JSON), BENCH_BEFORE=FILE (an earlier run's BENCH_SUMMARY: shown as "before"
 # beside every figure, the CPU target judged against it), BENCH_SUMMARY_ONLY=1
 # (a full run that leaves docs/ alone).
@@ -237,7 +238,8 @@ profile_report() {
 # run_phase LABEL COMMAND...: settles, then runs COMMAND (its output indented),
 # counting the CPU-seconds of the client (COMMAND and its children) into
 # LABEL.client-cpu and of the brokers into LABEL.broker-cpu.
-# With BENCH_PROFILE=LABEL (e.g. b-1: (b)'s first run), that run is profiled
+# With LABEL in BENCH_PROFILE (labels separated by spaces, e.g. "b-1 f-1": the
+# first runs of (b) and (f)), that run is profiled
 # machine-wide with `perf record -e cpu-clock` (no hardware counters needed),
 # and the top symbols of the brokers and of the client are written to
 # LABEL.brokers.perf.txt and LABEL.client.perf.txt (kept in the
@@ -247,7 +249,7 @@ run_phase() {
     shift
     settle
     local ticks profiler=""
-    if [ "${BENCH_PROFILE:-}" = "$label" ]; then
+    if [[ " ${BENCH_PROFILE:-} " == *" $label "* ]]; then
         command -v perf >/dev/null || die "BENCH_PROFILE needs perf: install it (apt-get install linux-perf)"
         perf record -q -a -e cpu-clock -F 999 -o "$work/$label.perf.data" 2>/dev/null &
         profiler=$!
