@@ -2,7 +2,7 @@
 //! requests on them (Produce, Fetch, ListOffsets, OffsetsForLeaderEpoch), role
 //! changes from the controller (LeaderAndIsr), and the two purgatories.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -82,6 +82,13 @@ pub struct ReplicaManager {
     /// A replica whose log could not be opened for an I/O error, and why: the
     /// broker must stop (see [`ReplicaManager::failed_log`]).
     open_failure: parking_lot::Mutex<Option<(TopicPartition, String)>>,
+    /// The leaders' next ISR shrink checks, earliest first: a tick runs the due
+    /// ones only, instead of visiting every hosted partition (thousands, nearly
+    /// all of them not due: each checks every `replica.lag.time.max.ms / 2`).
+    /// An entry may be stale (the partition stopped leading, or its check was
+    /// re-paced): running a check that is not due does nothing, and a partition
+    /// that no longer leads is not scheduled again.
+    shrink_checks: parking_lot::Mutex<BTreeSet<(Instant, TopicPartition)>>,
 }
 
 use syncline_proto::wall_clock_ms;
@@ -114,6 +121,7 @@ impl ReplicaManager {
             isr_requests,
             metrics,
             open_failure: parking_lot::Mutex::new(None),
+            shrink_checks: parking_lot::Mutex::new(BTreeSet::new()),
         }
     }
 
@@ -382,11 +390,11 @@ impl ReplicaManager {
         let mut statuses = Vec::with_capacity(entries.len());
         let mut immediate_error = false;
         for e in entries {
-            let ti = match response.responses.iter().position(|t| t.topic == e.topic) {
+            let ti = match response.responses.iter().position(|t| *t.topic == *e.topic) {
                 Some(ti) => ti,
                 None => {
                     response.responses.push(pb::FetchableTopicResponse {
-                        topic: e.topic.clone(),
+                        topic: e.topic.to_string(),
                         partitions: Vec::new(),
                     });
                     response.responses.len() - 1
@@ -586,13 +594,39 @@ impl ReplicaManager {
         self.execute(&partition, effects);
     }
 
-    /// The periodic ISR shrink check over every partition this broker leads.
+    /// The periodic ISR shrink check of the partitions this broker leads whose
+    /// check is due (each runs at its own pace: see [`Partition::on_tick`]).
     pub(crate) fn maybe_shrink_isrs(&self) {
         let now = Instant::now();
-        for p in self.all_partitions() {
+        let due: Vec<TopicPartition> = {
+            let mut checks = self.shrink_checks.lock();
+            let mut due = Vec::new();
+            while checks.first().is_some_and(|(at, _)| *at <= now) {
+                due.extend(checks.pop_first().map(|(_, tp)| tp));
+            }
+            due
+        };
+        for tp in due {
+            let Some(p) = self.partition(&tp.topic, tp.partition) else {
+                continue;
+            };
             let effects = p.on_tick(now);
             self.execute(&p, effects);
+            self.schedule_shrink_check(&p, now);
         }
+    }
+
+    /// Queues `partition`'s next ISR shrink check, if it leads.
+    fn schedule_shrink_check(&self, partition: &Partition, now: Instant) {
+        if let Some(at) = partition.next_shrink_check(now) {
+            self.shrink_checks.lock().insert((at, partition.tp.clone()));
+        }
+    }
+
+    /// Leaders with a shrink check queued (stale entries included).
+    #[cfg(test)]
+    fn shrink_checks_queued(&self) -> usize {
+        self.shrink_checks.lock().len()
     }
 
     /// How often to poll the partitions' shrink checks (each runs at its own pace).
@@ -777,6 +811,7 @@ impl ReplicaManager {
                 }
             };
             let effects = partition.apply_partition_state(ps, config, broker_epoch, now);
+            self.schedule_shrink_check(&partition, now);
             #[cfg(feature = "legacy-truncation")]
             if effects.role == RoleChange::BecameFollower
                 && self.config.truncation_rule == TruncationRule::HighWatermark
@@ -803,6 +838,7 @@ impl ReplicaManager {
                 }
                 if let Some(ps) = self.metadata.partition_state(topic, p.tp.partition) {
                     let effects = p.apply_partition_state(&ps, config.clone(), broker_epoch, now);
+                    self.schedule_shrink_check(&p, now);
                     self.execute(&p, effects.wake_all());
                 }
             }
@@ -1222,6 +1258,68 @@ mod tests {
         rm.maybe_shrink_isrs();
         let sent = rx.try_recv().expect("a second proposal");
         assert_eq!(sent.proposal.new_isr, vec![1]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_shrink_tick_runs_the_due_checks_and_still_shrinks_in_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let rm = replica_manager(dir.path(), tx);
+        // Lag time 1000 ms: the leader checks every 500 ms, the first 500 ms
+        // after it took office.
+        let partition = lead(&rm);
+        assert_eq!(rm.shrink_checks_queued(), 1);
+        let t0 = Instant::now();
+        tokio::time::advance(Duration::from_millis(600)).await;
+        rm.maybe_shrink_isrs();
+        assert!(rx.try_recv().is_err(), "follower 2 is within the lag time");
+        assert_eq!(rm.shrink_checks_queued(), 1, "queued again, once");
+        assert_eq!(
+            partition.next_shrink_check(Instant::now()),
+            Some(t0 + Duration::from_millis(1_100))
+        );
+        // Ticks before the next check is due leave it queued as it was.
+        tokio::time::advance(Duration::from_millis(400)).await;
+        rm.maybe_shrink_isrs();
+        assert!(rx.try_recv().is_err());
+        assert_eq!(rm.shrink_checks_queued(), 1);
+        // Follower 2 never fetched: the first check past the lag time removes it.
+        tokio::time::advance(Duration::from_millis(100)).await;
+        rm.maybe_shrink_isrs();
+        let sent = rx.try_recv().expect("a shrink proposal");
+        assert_eq!(sent.proposal.new_isr, vec![1]);
+        assert_eq!(rm.shrink_checks_queued(), 1);
+        // A partition this broker no longer hosts leaves the queue at its next
+        // due time.
+        let answer = rm.apply_leader_and_isr(&pb::LeaderAndIsrRequest {
+            controller_id: 1,
+            controller_epoch: 1,
+            broker_epoch: 7,
+            metadata_offset: 2,
+            full: false,
+            topics: vec![pb::TopicState {
+                name: "t".into(),
+                ..Default::default()
+            }],
+            partition_states: vec![pb::PartitionState {
+                topic: "t".into(),
+                partition: 0,
+                leader: 2,
+                leader_epoch: 2,
+                isr: vec![2, 3],
+                partition_epoch: 2,
+                replicas: vec![2, 3],
+                ..Default::default()
+            }],
+            brokers: vec![],
+            deleted_topics: vec![],
+            security: None,
+        });
+        assert_eq!(answer.error_code, 0);
+        assert!(rm.partition("t", 0).is_none());
+        tokio::time::advance(Duration::from_millis(500)).await;
+        rm.maybe_shrink_isrs();
+        assert_eq!(rm.shrink_checks_queued(), 0);
     }
 
     #[tokio::test(start_paused = true)]

@@ -611,6 +611,12 @@ impl Partition {
         self.execute(effects)
     }
 
+    /// When this leader's next ISR shrink check is due; None when not leading
+    /// (see [`PartitionCore::next_shrink_check`]).
+    pub fn next_shrink_check(&self, now: Instant) -> Option<Instant> {
+        self.core.lock().next_shrink_check(now)
+    }
+
     /// The controller answered our AlterPartition.
     pub fn on_alter_partition_result(&self, result: AlterPartitionResult, now: Instant) -> Effects {
         let mut core = self.core.lock();
