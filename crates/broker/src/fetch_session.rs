@@ -268,9 +268,13 @@ impl FetchSessionCache {
         let Some(session) = inner.sessions.get_mut(&id) else {
             return;
         };
+        let Session {
+            index, partitions, ..
+        } = session;
         for t in &mut response.responses {
+            let topic_index = index.get(t.topic.as_str());
             t.partitions.retain(|p| {
-                let Some(i) = session.position(&t.topic, p.partition) else {
+                let Some(&i) = topic_index.and_then(|m| m.get(&p.partition)) else {
                     return true;
                 };
                 let now_sent = Sent {
@@ -280,8 +284,8 @@ impl FetchSessionCache {
                 let news = !p.records.is_empty()
                     || p.error_code != ErrorCode::None as i32
                     || p.diverging_epoch.is_some()
-                    || session.partitions[i].1 != Some(now_sent);
-                session.partitions[i].1 = Some(now_sent);
+                    || partitions[i].1 != Some(now_sent);
+                partitions[i].1 = Some(now_sent);
                 !incremental || news
             });
         }

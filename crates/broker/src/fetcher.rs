@@ -345,6 +345,20 @@ struct Wants {
     next_wake: Option<Instant>,
 }
 
+/// [`FetcherTask::step`] on the fetcher's partitions, already locked.
+fn step_in(
+    partitions: &mut HashMap<TopicPartition, FetchState>,
+    r: &Round,
+    event: Event,
+    now: Instant,
+) -> Option<Effect> {
+    let s = partitions.get_mut(&r.tp)?;
+    if !Arc::ptr_eq(&s.partition, &r.partition) || s.machine.leader_epoch() != r.leader_epoch {
+        return None;
+    }
+    Some(s.machine.on_event(event, now))
+}
+
 impl FetcherTask {
     fn config(&self) -> &BrokerConfig {
         &self.manager.config
@@ -415,24 +429,38 @@ impl FetcherTask {
             })
             .collect();
         let now = Instant::now();
+        // Read outside the fetcher's lock: no log lock is taken under it. A
+        // failed log (an fsync failed: its end may hold what is not on disk) is
+        // fetched for no more, so that its end never counts towards the
+        // leader's high watermark; the broker stops.
+        let positioned: Vec<(Round, LogPosition)> = rounds
+            .into_iter()
+            .filter_map(|r| {
+                let (log_end_offset, latest_epoch, log_start_offset) =
+                    r.partition.follower_poll_position()?;
+                let log = LogPosition {
+                    log_end_offset,
+                    latest_epoch,
+                    log_start_offset,
+                };
+                Some((r, log))
+            })
+            .collect();
+        // Every machine asked under one lock, not one lock per partition.
+        let asked: Vec<(Round, Option<Effect>)> = {
+            let mut partitions = self.fetcher.partitions.lock();
+            positioned
+                .into_iter()
+                .map(|(r, log)| {
+                    let effect = step_in(&mut partitions, &r, Event::Poll(log), now);
+                    (r, effect)
+                })
+                .collect()
+        };
         let replica_fetch_max_bytes = self.config().replica_fetch_max_bytes as i32;
         let mut wants = Wants::default();
-        for mut r in rounds {
-            // A failed log (an fsync failed: its end may hold what is not on
-            // disk) is fetched for no more, so that its end never counts
-            // towards the leader's high watermark; the broker stops.
-            if r.partition.log_failure().is_some() {
-                continue;
-            }
-            // Read outside the fetcher's lock: no log lock is taken under it.
-            let (log_end_offset, latest_epoch, log_start_offset) =
-                r.partition.follower_fetch_position();
-            let log = LogPosition {
-                log_end_offset,
-                latest_epoch,
-                log_start_offset,
-            };
-            match self.step(&r, Event::Poll(log)) {
+        for (mut r, effect) in asked {
+            match effect {
                 Some(Effect::AskEpochEnd { epoch }) => wants.asks.push((r, epoch)),
                 Some(Effect::Fetch {
                     offset,
@@ -514,12 +542,12 @@ impl FetcherTask {
     /// this round was for (not removed, nor replaced for another leader epoch while
     /// the round was in flight); `None` otherwise.
     fn step(&self, r: &Round, event: Event) -> Option<Effect> {
-        let mut partitions = self.fetcher.partitions.lock();
-        let s = partitions.get_mut(&r.tp)?;
-        if !Arc::ptr_eq(&s.partition, &r.partition) || s.machine.leader_epoch() != r.leader_epoch {
-            return None;
-        }
-        Some(s.machine.on_event(event, Instant::now()))
+        step_in(
+            &mut self.fetcher.partitions.lock(),
+            r,
+            event,
+            Instant::now(),
+        )
     }
 
     /// Executes the effects an event leads to, feeding each outcome back, until the
