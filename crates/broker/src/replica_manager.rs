@@ -60,8 +60,11 @@ fn answer_now(max_wait: Duration, read_bytes: usize, min_bytes: u64, must_answer
 /// A refused append: the code, and the partition when known (for the leader hint).
 type AppendError = (ErrorCode, Option<Arc<Partition>>);
 
+/// One topic's hosted partitions, by index.
+type TopicPartitions = HashMap<i32, Arc<Partition>>;
+
 /// Hosted partitions by topic, then index (looked up by `&str` without allocating).
-type PartitionMap = HashMap<Arc<str>, HashMap<i32, Arc<Partition>>>;
+type PartitionMap = HashMap<Arc<str>, TopicPartitions>;
 
 /// See the module docs.
 #[derive(Debug)]
@@ -397,7 +400,7 @@ impl ReplicaManager {
         // second at idle: one read lock for all of them, and each topic's map
         // looked up once for its run of partitions.
         let hosted = self.partitions.read();
-        let mut topic: Option<(Arc<str>, Option<&HashMap<i32, Arc<Partition>>>)> = None;
+        let mut topic: Option<(Arc<str>, Option<&TopicPartitions>)> = None;
         for e in entries {
             let ti = match response.responses.iter().position(|t| *t.topic == *e.topic) {
                 Some(ti) => ti,
