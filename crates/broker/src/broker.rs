@@ -1039,8 +1039,11 @@ async fn periodic(
         Duration::from_millis(config.replica_high_watermark_checkpoint_interval_ms);
     let retention_every = Duration::from_millis(config.retention_check_interval_ms);
     let flush_every = Duration::from_millis(config.flush_ms.clamp(10, 1000));
+    // A day stands for "not until told": no leader has a shrink check queued.
+    let idle = Duration::from_secs(86_400);
     let now = Instant::now();
-    let mut next_shrink = now + rm.shrink_check_interval();
+    let mut last_shrink_poll = now;
+    let mut next_shrink = rm.next_shrink_poll(now).unwrap_or(now + idle);
     let mut next_checkpoint = now + checkpoint_every;
     let mut next_retention = now + retention_every;
     let mut next_flush = now + flush_every;
@@ -1052,20 +1055,22 @@ async fn periodic(
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = sleep_until(next) => {}
+            _ = rm.shrink_check_queued_earlier() => {}
         }
         let now = Instant::now();
         if now >= next_shrink {
             rm.maybe_shrink_isrs();
-            next_shrink = now + rm.shrink_check_interval();
+            last_shrink_poll = now;
         }
+        next_shrink = rm.next_shrink_poll(last_shrink_poll).unwrap_or(now + idle);
         if now >= next_checkpoint {
             off_the_runtime(|| rm.checkpoint_high_watermarks());
             next_checkpoint = now + checkpoint_every;
         }
         if now >= next_flush {
-            off_the_runtime(|| rm.flush_due());
+            let failed = off_the_runtime(|| rm.flush_due());
             next_flush = now + flush_every;
-            if let Some((tp, why)) = rm.failed_log() {
+            if let Some((tp, why)) = failed {
                 tracing::error!(partition = %tp, error = %why, "a log failed: the broker stops; restart it to recover its logs");
                 fatal.cancel();
                 return;

@@ -16,6 +16,7 @@
 //! - `(id, -1)`: closes the session; the request is a full, sessionless fetch.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 use syncline_proto::{pb, ErrorCode};
@@ -29,7 +30,9 @@ pub(crate) const FINAL_EPOCH: i32 = -1;
 /// One partition of a fetch, as the request (or the session) gives it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct FetchEntry {
-    pub topic: String,
+    /// Shared by the topic's entries: a session's fetch hands out every one of
+    /// them, twice a second per follower at idle, without copying names.
+    pub topic: Arc<str>,
     pub partition: i32,
     pub fetch_offset: i64,
     pub partition_max_bytes: i32,
@@ -39,9 +42,9 @@ pub(crate) struct FetchEntry {
 }
 
 impl FetchEntry {
-    fn from_request(topic: &str, p: &pb::FetchPartition) -> FetchEntry {
+    fn from_request(topic: &Arc<str>, p: &pb::FetchPartition) -> FetchEntry {
         FetchEntry {
-            topic: topic.to_string(),
+            topic: topic.clone(),
             partition: p.partition,
             fetch_offset: p.fetch_offset,
             partition_max_bytes: p.partition_max_bytes,
@@ -68,7 +71,7 @@ struct Session {
     partitions: Vec<(FetchEntry, Option<Sent>)>,
     /// Where each partition is in `partitions`: a fetch looks up every one of
     /// them, under the cache's lock.
-    index: HashMap<String, HashMap<i32, usize>>,
+    index: HashMap<Arc<str>, HashMap<i32, usize>>,
     last_used: Instant,
 }
 
@@ -111,7 +114,7 @@ impl Session {
         }
         for f in forgotten {
             self.partitions
-                .retain(|(e, _)| !(e.topic == f.topic && f.partitions.contains(&e.partition)));
+                .retain(|(e, _)| !(*e.topic == *f.topic && f.partitions.contains(&e.partition)));
         }
         self.index.clear();
         for (i, (e, _)) in self.partitions.iter().enumerate() {
@@ -186,9 +189,10 @@ impl FetchSessionCache {
             req.topics
                 .iter()
                 .flat_map(|t| {
+                    let topic: Arc<str> = Arc::from(t.topic.as_str());
                     t.partitions
                         .iter()
-                        .map(|p| FetchEntry::from_request(&t.topic, p))
+                        .map(move |p| FetchEntry::from_request(&topic, p))
                 })
                 .collect::<Vec<_>>()
         };
@@ -238,8 +242,9 @@ impl FetchSessionCache {
                 }
                 session.forget(&req.forgotten_topics_data);
                 for t in &req.topics {
+                    let topic: Arc<str> = Arc::from(t.topic.as_str());
                     for p in &t.partitions {
-                        session.upsert(FetchEntry::from_request(&t.topic, p));
+                        session.upsert(FetchEntry::from_request(&topic, p));
                     }
                 }
                 session.last_used = now;
@@ -263,9 +268,13 @@ impl FetchSessionCache {
         let Some(session) = inner.sessions.get_mut(&id) else {
             return;
         };
+        let Session {
+            index, partitions, ..
+        } = session;
         for t in &mut response.responses {
+            let topic_index = index.get(t.topic.as_str());
             t.partitions.retain(|p| {
-                let Some(i) = session.position(&t.topic, p.partition) else {
+                let Some(&i) = topic_index.and_then(|m| m.get(&p.partition)) else {
                     return true;
                 };
                 let now_sent = Sent {
@@ -275,8 +284,8 @@ impl FetchSessionCache {
                 let news = !p.records.is_empty()
                     || p.error_code != ErrorCode::None as i32
                     || p.diverging_epoch.is_some()
-                    || session.partitions[i].1 != Some(now_sent);
-                session.partitions[i].1 = Some(now_sent);
+                    || partitions[i].1 != Some(now_sent);
+                partitions[i].1 = Some(now_sent);
                 !incremental || news
             });
         }

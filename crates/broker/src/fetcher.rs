@@ -219,14 +219,29 @@ struct FetchSessionBuilder {
     /// The partitions (and positions) the leader's session holds.
     sent: HashMap<TopicPartition, pb::FetchPartition>,
     /// What the request in flight would make `sent`.
-    in_flight: HashMap<TopicPartition, pb::FetchPartition>,
+    in_flight: InFlight,
+}
+
+/// What the request in flight changes in the session once answered: a full
+/// fetch replaces it, an incremental one changes only what it sent, so that an
+/// idle round (nothing sent) rebuilds nothing per partition.
+#[derive(Debug, Default)]
+enum InFlight {
+    #[default]
+    Nothing,
+    Full(HashMap<TopicPartition, pb::FetchPartition>),
+    Changes {
+        updated: Vec<(TopicPartition, pb::FetchPartition)>,
+        forgotten: Vec<TopicPartition>,
+    },
 }
 
 type SessionRequest = (i32, i32, Vec<pb::FetchTopic>, Vec<pb::ForgottenTopic>);
 
 impl FetchSessionBuilder {
-    /// The request's session fields and partitions for fetching `wanted`.
-    fn build(&mut self, wanted: HashMap<TopicPartition, pb::FetchPartition>) -> SessionRequest {
+    /// The request's session fields and partitions for fetching `wanted` (each
+    /// partition once).
+    fn build(&mut self, wanted: Vec<(TopicPartition, pb::FetchPartition)>) -> SessionRequest {
         let full = self.id == 0;
         let mut topics: Vec<pb::FetchTopic> = Vec::new();
         let mut add = |tp: &TopicPartition, p: &pb::FetchPartition| match topics
@@ -240,13 +255,25 @@ impl FetchSessionBuilder {
             }),
         };
         let mut forgotten: Vec<pb::ForgottenTopic> = Vec::new();
+        let mut updated = Vec::new();
+        let mut in_session = 0;
         for (tp, p) in &wanted {
-            if full || self.sent.get(tp) != Some(p) {
+            let sent = self.sent.get(tp);
+            in_session += usize::from(sent.is_some());
+            if full || sent != Some(p) {
                 add(tp, p);
+                if !full {
+                    updated.push((tp.clone(), *p));
+                }
             }
         }
-        if !full {
-            for tp in self.sent.keys().filter(|tp| !wanted.contains_key(*tp)) {
+        let mut gone = Vec::new();
+        // Partitions of the session no longer wanted (rare: counted first, so
+        // that a round that forgets nothing looks nothing up).
+        if !full && in_session < self.sent.len() {
+            let wanted_now: std::collections::BTreeSet<&TopicPartition> =
+                wanted.iter().map(|(tp, _)| tp).collect();
+            for tp in self.sent.keys().filter(|tp| !wanted_now.contains(tp)) {
                 match forgotten.iter_mut().find(|f| *f.topic == *tp.topic) {
                     Some(f) => f.partitions.push(tp.partition),
                     None => forgotten.push(pb::ForgottenTopic {
@@ -254,9 +281,17 @@ impl FetchSessionBuilder {
                         partitions: vec![tp.partition],
                     }),
                 }
+                gone.push(tp.clone());
             }
         }
-        self.in_flight = wanted;
+        self.in_flight = if full {
+            InFlight::Full(wanted.into_iter().collect())
+        } else {
+            InFlight::Changes {
+                updated,
+                forgotten: gone,
+            }
+        };
         let epoch = if full {
             crate::fetch_session::INITIAL_EPOCH
         } else {
@@ -274,7 +309,16 @@ impl FetchSessionBuilder {
         } else {
             self.next_epoch = self.next_epoch.checked_add(1).unwrap_or(1);
         }
-        self.sent = std::mem::take(&mut self.in_flight);
+        match std::mem::take(&mut self.in_flight) {
+            InFlight::Nothing => {}
+            InFlight::Full(sent) => self.sent = sent,
+            InFlight::Changes { updated, forgotten } => {
+                for tp in &forgotten {
+                    self.sent.remove(tp);
+                }
+                self.sent.extend(updated);
+            }
+        }
     }
 
     /// Start over with a full fetch (error, lost connection).
@@ -299,6 +343,20 @@ struct Wants {
     asks: Vec<(Round, i32)>,
     fetches: Vec<(Round, pb::FetchPartition)>,
     next_wake: Option<Instant>,
+}
+
+/// [`FetcherTask::step`] on the fetcher's partitions, already locked.
+fn step_in(
+    partitions: &mut HashMap<TopicPartition, FetchState>,
+    r: &Round,
+    event: Event,
+    now: Instant,
+) -> Option<Effect> {
+    let s = partitions.get_mut(&r.tp)?;
+    if !Arc::ptr_eq(&s.partition, &r.partition) || s.machine.leader_epoch() != r.leader_epoch {
+        return None;
+    }
+    Some(s.machine.on_event(event, now))
 }
 
 impl FetcherTask {
@@ -371,24 +429,38 @@ impl FetcherTask {
             })
             .collect();
         let now = Instant::now();
+        // Read outside the fetcher's lock: no log lock is taken under it. A
+        // failed log (an fsync failed: its end may hold what is not on disk) is
+        // fetched for no more, so that its end never counts towards the
+        // leader's high watermark; the broker stops.
+        let positioned: Vec<(Round, LogPosition)> = rounds
+            .into_iter()
+            .filter_map(|r| {
+                let (log_end_offset, latest_epoch, log_start_offset) =
+                    r.partition.follower_poll_position()?;
+                let log = LogPosition {
+                    log_end_offset,
+                    latest_epoch,
+                    log_start_offset,
+                };
+                Some((r, log))
+            })
+            .collect();
+        // Every machine asked under one lock, not one lock per partition.
+        let asked: Vec<(Round, Option<Effect>)> = {
+            let mut partitions = self.fetcher.partitions.lock();
+            positioned
+                .into_iter()
+                .map(|(r, log)| {
+                    let effect = step_in(&mut partitions, &r, Event::Poll(log), now);
+                    (r, effect)
+                })
+                .collect()
+        };
         let replica_fetch_max_bytes = self.config().replica_fetch_max_bytes as i32;
         let mut wants = Wants::default();
-        for mut r in rounds {
-            // A failed log (an fsync failed: its end may hold what is not on
-            // disk) is fetched for no more, so that its end never counts
-            // towards the leader's high watermark; the broker stops.
-            if r.partition.log_failure().is_some() {
-                continue;
-            }
-            // Read outside the fetcher's lock: no log lock is taken under it.
-            let (log_end_offset, latest_epoch, log_start_offset) =
-                r.partition.follower_fetch_position();
-            let log = LogPosition {
-                log_end_offset,
-                latest_epoch,
-                log_start_offset,
-            };
-            match self.step(&r, Event::Poll(log)) {
+        for (mut r, effect) in asked {
+            match effect {
                 Some(Effect::AskEpochEnd { epoch }) => wants.asks.push((r, epoch)),
                 Some(Effect::Fetch {
                     offset,
@@ -470,12 +542,12 @@ impl FetcherTask {
     /// this round was for (not removed, nor replaced for another leader epoch while
     /// the round was in flight); `None` otherwise.
     fn step(&self, r: &Round, event: Event) -> Option<Effect> {
-        let mut partitions = self.fetcher.partitions.lock();
-        let s = partitions.get_mut(&r.tp)?;
-        if !Arc::ptr_eq(&s.partition, &r.partition) || s.machine.leader_epoch() != r.leader_epoch {
-            return None;
-        }
-        Some(s.machine.on_event(event, Instant::now()))
+        step_in(
+            &mut self.fetcher.partitions.lock(),
+            r,
+            event,
+            Instant::now(),
+        )
     }
 
     /// Executes the effects an event leads to, feeding each outcome back, until the
@@ -709,10 +781,7 @@ impl FetcherTask {
 
     async fn fetch(&mut self, conn: &Connection, fetches: Vec<(Round, pb::FetchPartition)>) {
         let config = self.manager.config.clone();
-        let wanted = fetches
-            .iter()
-            .map(|(r, p)| (r.tp.clone(), *p))
-            .collect::<HashMap<_, _>>();
+        let wanted = fetches.iter().map(|(r, p)| (r.tp.clone(), *p)).collect();
         let (session_id, session_epoch, topics, forgotten) = self.session.build(wanted);
         let req = pb::FetchRequest {
             replica_id: config.node_id,
@@ -756,15 +825,25 @@ impl FetcherTask {
         response: pb::FetchResponse,
     ) {
         self.session.on_response(response.session_id);
-        let mut by_tp: HashMap<(String, i32), pb::PartitionData> = HashMap::new();
+        let mut by_tp: HashMap<TopicPartition, pb::PartitionData> = HashMap::new();
         for t in response.responses {
+            let topic: Arc<str> = Arc::from(t.topic);
             for p in t.partitions {
-                by_tp.insert((t.topic.clone(), p.partition), p);
+                let tp = TopicPartition {
+                    topic: topic.clone(),
+                    partition: p.partition,
+                };
+                by_tp.insert(tp, p);
             }
         }
         for (r, sent) in fetches {
+            if by_tp.is_empty() {
+                // The rest were left out of an incremental response: nothing
+                // new for them (an idle round ends here at once).
+                break;
+            }
             // Left out of an incremental response: nothing new for it.
-            let Some(data) = by_tp.remove(&(r.tp.topic.to_string(), r.tp.partition)) else {
+            let Some(data) = by_tp.remove(&r.tp) else {
                 continue;
             };
             let answer = match ErrorCode::from_wire(data.error_code) {
@@ -863,6 +942,20 @@ mod tests {
         assert_eq!(epoch, 2);
         assert!(topics.is_empty());
         assert_eq!(forgotten[0].partitions, vec![1]);
+        b.on_response(42);
+        assert_eq!(b.sent.len(), 1, "the session forgot partition 1");
+        // An idle round sends nothing and leaves the session as it was.
+        let (_, epoch, topics, forgotten) = b.build([p(0, 9)].into_iter().collect());
+        assert_eq!(epoch, 3);
+        assert!(topics.is_empty() && forgotten.is_empty());
+        b.on_response(42);
+        assert_eq!(
+            b.sent
+                .get(&TopicPartition::new("t", 0))
+                .map(|p| p.fetch_offset),
+            Some(9)
+        );
+        assert_eq!(b.sent.len(), 1);
         // After an error, a full fetch again.
         b.reset();
         let (id, epoch, topics, _) = b.build([p(0, 9)].into_iter().collect());

@@ -2,7 +2,7 @@
 //! requests on them (Produce, Fetch, ListOffsets, OffsetsForLeaderEpoch), role
 //! changes from the controller (LeaderAndIsr), and the two purgatories.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,8 +60,11 @@ fn answer_now(max_wait: Duration, read_bytes: usize, min_bytes: u64, must_answer
 /// A refused append: the code, and the partition when known (for the leader hint).
 type AppendError = (ErrorCode, Option<Arc<Partition>>);
 
+/// One topic's hosted partitions, by index.
+type TopicPartitions = HashMap<i32, Arc<Partition>>;
+
 /// Hosted partitions by topic, then index (looked up by `&str` without allocating).
-type PartitionMap = HashMap<Arc<str>, HashMap<i32, Arc<Partition>>>;
+type PartitionMap = HashMap<Arc<str>, TopicPartitions>;
 
 /// See the module docs.
 #[derive(Debug)]
@@ -80,8 +83,18 @@ pub struct ReplicaManager {
     /// `leader_replication_throttled_rate`, when set.
     leader_quota: Option<Arc<ReplicationQuota>>,
     /// A replica whose log could not be opened for an I/O error, and why: the
-    /// broker must stop (see [`ReplicaManager::failed_log`]).
+    /// broker must stop (see [`ReplicaManager::flush_due`]).
     open_failure: parking_lot::Mutex<Option<(TopicPartition, String)>>,
+    /// The leaders' next ISR shrink checks, earliest first: a tick runs the due
+    /// ones only, instead of visiting every hosted partition (thousands, nearly
+    /// all of them not due: each checks every `replica.lag.time.max.ms / 2`).
+    /// An entry may be stale (the partition stopped leading, or its check was
+    /// re-paced): running a check that is not due does nothing, and a partition
+    /// that no longer leads is not scheduled again.
+    shrink_checks: parking_lot::Mutex<BTreeSet<(Instant, TopicPartition)>>,
+    /// Told when a check is queued before every other: the timer that polls
+    /// the queue sleeps until the earliest.
+    shrink_check_earlier: tokio::sync::Notify,
 }
 
 use syncline_proto::wall_clock_ms;
@@ -114,6 +127,8 @@ impl ReplicaManager {
             isr_requests,
             metrics,
             open_failure: parking_lot::Mutex::new(None),
+            shrink_checks: parking_lot::Mutex::new(BTreeSet::new()),
+            shrink_check_earlier: tokio::sync::Notify::new(),
         }
     }
 
@@ -381,12 +396,17 @@ impl ReplicaManager {
         let mut response = pb::FetchResponse::default();
         let mut statuses = Vec::with_capacity(entries.len());
         let mut immediate_error = false;
+        // A follower's session names every partition it follows here, twice a
+        // second at idle: one read lock for all of them, and each topic's map
+        // looked up once for its run of partitions.
+        let hosted = self.partitions.read();
+        let mut topic: Option<(Arc<str>, Option<&TopicPartitions>)> = None;
         for e in entries {
-            let ti = match response.responses.iter().position(|t| t.topic == e.topic) {
+            let ti = match response.responses.iter().position(|t| *t.topic == *e.topic) {
                 Some(ti) => ti,
                 None => {
                     response.responses.push(pb::FetchableTopicResponse {
-                        topic: e.topic.clone(),
+                        topic: e.topic.to_string(),
                         partitions: Vec::new(),
                     });
                     response.responses.len() - 1
@@ -401,7 +421,15 @@ impl ReplicaManager {
                 ..Default::default()
             };
             let denied = may_read.as_ref().is_some_and(|may| !may(&e.topic));
-            match self.partition(&e.topic, e.partition) {
+            let same_topic =
+                |(name, _): &(Arc<str>, _)| Arc::ptr_eq(name, &e.topic) || **name == *e.topic;
+            if !topic.as_ref().is_some_and(same_topic) {
+                topic = Some((e.topic.clone(), hosted.get(&*e.topic)));
+            }
+            let found = topic
+                .as_ref()
+                .and_then(|(_, partitions)| (*partitions)?.get(&e.partition).cloned());
+            match found {
                 _ if denied => {
                     out.error_code = ErrorCode::TopicAuthorizationFailed as i32;
                     immediate_error = true;
@@ -448,6 +476,7 @@ impl ReplicaManager {
             }
             out_topic.partitions.push(out);
         }
+        drop(hosted);
         let template = response.clone();
         let read = read_partitions(&params, &statuses, &mut response);
         if params.push_high_watermark {
@@ -586,16 +615,65 @@ impl ReplicaManager {
         self.execute(&partition, effects);
     }
 
-    /// The periodic ISR shrink check over every partition this broker leads.
+    /// The periodic ISR shrink check of the partitions this broker leads whose
+    /// check is due (each runs at its own pace: see [`Partition::on_tick`]).
     pub(crate) fn maybe_shrink_isrs(&self) {
         let now = Instant::now();
-        for p in self.all_partitions() {
+        let due: Vec<TopicPartition> = {
+            let mut checks = self.shrink_checks.lock();
+            let mut due = Vec::new();
+            while checks.first().is_some_and(|(at, _)| *at <= now) {
+                due.extend(checks.pop_first().map(|(_, tp)| tp));
+            }
+            due
+        };
+        for tp in due {
+            let Some(p) = self.partition(&tp.topic, tp.partition) else {
+                continue;
+            };
             let effects = p.on_tick(now);
             self.execute(&p, effects);
+            self.schedule_shrink_check(&p, now);
         }
     }
 
-    /// How often to poll the partitions' shrink checks (each runs at its own pace).
+    /// Queues `partition`'s next ISR shrink check, if it leads.
+    fn schedule_shrink_check(&self, partition: &Partition, now: Instant) {
+        let Some(at) = partition.next_shrink_check(now) else {
+            return;
+        };
+        let mut checks = self.shrink_checks.lock();
+        let earliest = checks.first().is_none_or(|(first, _)| at < *first);
+        checks.insert((at, partition.tp.clone()));
+        drop(checks);
+        if earliest {
+            self.shrink_check_earlier.notify_one();
+        }
+    }
+
+    /// When to poll the shrink checks next, the last poll having been at
+    /// `last_poll`: once the earliest is due, but not sooner than
+    /// [`ReplicaManager::shrink_check_interval`] after the last poll, so
+    /// that checks due close together run together. None: none is queued.
+    pub(crate) fn next_shrink_poll(&self, last_poll: Instant) -> Option<Instant> {
+        let first = self.shrink_checks.lock().first().map(|(at, _)| *at)?;
+        Some(first.max(last_poll + self.shrink_check_interval()))
+    }
+
+    /// Completes when a shrink check is queued before every other (see
+    /// [`ReplicaManager::next_shrink_poll`]); one queued meanwhile counts.
+    pub(crate) async fn shrink_check_queued_earlier(&self) {
+        self.shrink_check_earlier.notified().await;
+    }
+
+    /// Leaders with a shrink check queued (stale entries included).
+    #[cfg(test)]
+    fn shrink_checks_queued(&self) -> usize {
+        self.shrink_checks.lock().len()
+    }
+
+    /// How often at most to poll the partitions' shrink checks (each runs at its
+    /// own pace).
     pub(crate) fn shrink_check_interval(&self) -> Duration {
         (Duration::from_millis(self.config.replica_lag_time_max_ms) / 2).min(SHRINK_POLL)
     }
@@ -777,6 +855,7 @@ impl ReplicaManager {
                 }
             };
             let effects = partition.apply_partition_state(ps, config, broker_epoch, now);
+            self.schedule_shrink_check(&partition, now);
             #[cfg(feature = "legacy-truncation")]
             if effects.role == RoleChange::BecameFollower
                 && self.config.truncation_rule == TruncationRule::HighWatermark
@@ -803,6 +882,7 @@ impl ReplicaManager {
                 }
                 if let Some(ps) = self.metadata.partition_state(topic, p.tp.partition) {
                     let effects = p.apply_partition_state(&ps, config.clone(), broker_epoch, now);
+                    self.schedule_shrink_check(&p, now);
                     self.execute(&p, effects.wake_all());
                 }
             }
@@ -995,11 +1075,19 @@ impl ReplicaManager {
         }
     }
 
-    pub(crate) fn flush_due(&self) {
+    /// Runs every partition's flush policy, and returns a replica whose log
+    /// failed, or could not be opened for an I/O error, and why (the first
+    /// found): its files may not hold what the broker believes, and only a
+    /// restart (recovery) can tell. One walk over the partitions does both.
+    pub(crate) fn flush_due(&self) -> Option<(TopicPartition, String)> {
         let now_ms = wall_clock_ms();
+        let mut failed = self.open_failure.lock().clone();
         for p in self.all_partitions() {
-            p.flush_if_due(now_ms);
+            if let Some(why) = p.flush_if_due(now_ms) {
+                failed.get_or_insert_with(|| (p.tp.clone(), why));
+            }
         }
+        failed
     }
 
     pub(crate) fn apply_retention(&self) {
@@ -1008,18 +1096,6 @@ impl ReplicaManager {
         for p in self.all_partitions() {
             p.apply_retention(now_ms, expiration);
         }
-    }
-
-    /// A replica whose log failed, or could not be opened for an I/O error,
-    /// and why (the first found): its files may not hold what the broker
-    /// believes, and only a restart (recovery) can tell.
-    pub(crate) fn failed_log(&self) -> Option<(TopicPartition, String)> {
-        if let Some(failed) = self.open_failure.lock().clone() {
-            return Some(failed);
-        }
-        self.all_partitions()
-            .into_iter()
-            .find_map(|p| p.log_failure().map(|why| (p.tp.clone(), why)))
     }
 
     /// Clean shutdown: checkpoint and flush every log.
@@ -1222,6 +1298,80 @@ mod tests {
         rm.maybe_shrink_isrs();
         let sent = rx.try_recv().expect("a second proposal");
         assert_eq!(sent.proposal.new_isr, vec![1]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_shrink_tick_runs_the_due_checks_and_still_shrinks_in_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let rm = replica_manager(dir.path(), tx);
+        // Lag time 1000 ms: the leader checks every 500 ms, the first 500 ms
+        // after it took office.
+        let t0 = Instant::now();
+        let partition = lead(&rm);
+        assert_eq!(rm.shrink_checks_queued(), 1);
+        // The broker's timer is told, and polls once the check is due.
+        tokio::time::timeout(Duration::ZERO, rm.shrink_check_queued_earlier())
+            .await
+            .expect("told of the first check");
+        let half_lag = Duration::from_millis(500);
+        assert_eq!(rm.next_shrink_poll(t0), Some(t0 + half_lag));
+        tokio::time::advance(Duration::from_millis(600)).await;
+        rm.maybe_shrink_isrs();
+        assert!(rx.try_recv().is_err(), "follower 2 is within the lag time");
+        assert_eq!(rm.shrink_checks_queued(), 1, "queued again, once");
+        let next = t0 + Duration::from_millis(1_100);
+        assert_eq!(partition.next_shrink_check(Instant::now()), Some(next));
+        assert_eq!(rm.next_shrink_poll(Instant::now()), Some(next));
+        // Checks due within the poll interval of the last poll wait for it.
+        let last_poll = next - Duration::from_millis(50);
+        assert_eq!(
+            rm.next_shrink_poll(last_poll),
+            Some(last_poll + rm.shrink_check_interval())
+        );
+        // Ticks before the next check is due leave it queued as it was.
+        tokio::time::advance(Duration::from_millis(400)).await;
+        rm.maybe_shrink_isrs();
+        assert!(rx.try_recv().is_err());
+        assert_eq!(rm.shrink_checks_queued(), 1);
+        // Follower 2 never fetched: the first check past the lag time removes it.
+        tokio::time::advance(Duration::from_millis(100)).await;
+        rm.maybe_shrink_isrs();
+        let sent = rx.try_recv().expect("a shrink proposal");
+        assert_eq!(sent.proposal.new_isr, vec![1]);
+        assert_eq!(rm.shrink_checks_queued(), 1);
+        // A partition this broker no longer hosts leaves the queue at its next
+        // due time.
+        let answer = rm.apply_leader_and_isr(&pb::LeaderAndIsrRequest {
+            controller_id: 1,
+            controller_epoch: 1,
+            broker_epoch: 7,
+            metadata_offset: 2,
+            full: false,
+            topics: vec![pb::TopicState {
+                name: "t".into(),
+                ..Default::default()
+            }],
+            partition_states: vec![pb::PartitionState {
+                topic: "t".into(),
+                partition: 0,
+                leader: 2,
+                leader_epoch: 2,
+                isr: vec![2, 3],
+                partition_epoch: 2,
+                replicas: vec![2, 3],
+                ..Default::default()
+            }],
+            brokers: vec![],
+            deleted_topics: vec![],
+            security: None,
+        });
+        assert_eq!(answer.error_code, 0);
+        assert!(rm.partition("t", 0).is_none());
+        tokio::time::advance(Duration::from_millis(500)).await;
+        rm.maybe_shrink_isrs();
+        assert_eq!(rm.shrink_checks_queued(), 0);
+        assert_eq!(rm.next_shrink_poll(Instant::now()), None);
     }
 
     #[tokio::test(start_paused = true)]

@@ -625,6 +625,13 @@ impl PartitionCore {
         }
     }
 
+    /// When the leader's next ISR shrink check is due (`now` when at the next
+    /// tick); None when not leading, as no check is then due.
+    pub fn next_shrink_check(&self, now: Instant) -> Option<Instant> {
+        self.leader_state()?;
+        Some(self.next_shrink_check.unwrap_or(now))
+    }
+
     /// The controller answered our AlterPartition. A commit under our leader epoch
     /// is applied; a refusal (or a commit for another epoch) ends the proposal and
     /// pauses the next one, and may let the high watermark advance (the maximal ISR

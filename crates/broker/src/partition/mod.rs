@@ -611,6 +611,12 @@ impl Partition {
         self.execute(effects)
     }
 
+    /// When this leader's next ISR shrink check is due; None when not leading
+    /// (see [`PartitionCore::next_shrink_check`]).
+    pub fn next_shrink_check(&self, now: Instant) -> Option<Instant> {
+        self.core.lock().next_shrink_check(now)
+    }
+
     /// The controller answered our AlterPartition.
     pub fn on_alter_partition_result(&self, result: AlterPartitionResult, now: Instant) -> Effects {
         let mut core = self.core.lock();
@@ -706,6 +712,20 @@ impl Partition {
         )
     }
 
+    /// As [`Partition::follower_fetch_position`], or None when the log failed
+    /// (see [`Partition::log_failure`]): the fetcher's poll, under one lock.
+    pub fn follower_poll_position(&self) -> Option<(i64, Option<i32>, i64)> {
+        let log = self.log.read();
+        if log.failure().is_some() {
+            return None;
+        }
+        Some((
+            log.log_end_offset(),
+            log.latest_epoch(),
+            log.log_start_offset(),
+        ))
+    }
+
     /// This replica's own end offset for `epoch` (truncation decisions).
     pub fn local_end_offset_for_epoch(&self, epoch: i32) -> Option<EpochEndOffset> {
         self.log.read().end_offset_for_epoch(epoch)
@@ -797,11 +817,14 @@ impl Partition {
         }
     }
 
-    /// Runs the flush policy (`flush_ms`).
-    pub fn flush_if_due(&self, now_ms: i64) {
-        if let Err(e) = self.log.write().flush_if_due(now_ms) {
+    /// Runs the flush policy (`flush_ms`); returns why the log failed, if it
+    /// did (see [`Partition::log_failure`]), found under the same lock.
+    pub fn flush_if_due(&self, now_ms: i64) -> Option<String> {
+        let mut log = self.log.write();
+        if let Err(e) = log.flush_if_due(now_ms) {
             tracing::warn!(partition = %self.tp, error = %e, "flush failed");
         }
+        log.failure().map(str::to_string)
     }
 
     /// Runs retention, below the high watermark only, and forgets idempotent
