@@ -54,6 +54,11 @@ impl ThrottleSide {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PathLabel {
+    path: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LeaderLabel {
     leader: String,
 }
@@ -111,6 +116,7 @@ pub struct BrokerMetrics {
     produce_duplicates: Counter,
     produce_out_of_order: Counter,
     throttled_replication_bytes: Family<SideLabel, Counter>,
+    fetch_file_bytes: Family<PathLabel, Counter>,
     pub(crate) partition_isr_size: Family<PartitionLabel, Gauge>,
     pub(crate) partition_max_replica_lag: Family<PartitionLabel, Gauge>,
     pub(crate) authentication_failures: Counter,
@@ -329,6 +335,16 @@ impl BrokerMetrics {
         for side in [ThrottleSide::Leader, ThrottleSide::Follower] {
             drop(throttled_replication_bytes.get_or_create(&side.label()));
         }
+        let fetch_file_bytes = Family::<PathLabel, Counter>::default();
+        registry.register(
+            "fetch_file_bytes",
+            "Record bytes of fetch responses written from the segment files, by path: \
+             sendfile (plain TCP, zero-copy) or copied (read into memory: TLS, other streams)",
+            fetch_file_bytes.clone(),
+        );
+        for path in ["sendfile", "copied"] {
+            drop(fetch_file_bytes.get_or_create(&PathLabel { path }));
+        }
         let partition_isr_size = Family::<PartitionLabel, Gauge>::default();
         registry.register(
             "partition_isr_size",
@@ -375,6 +391,7 @@ impl BrokerMetrics {
             produce_duplicates,
             produce_out_of_order,
             throttled_replication_bytes,
+            fetch_file_bytes,
             partition_isr_size,
             partition_max_replica_lag,
             authentication_failures,
@@ -418,6 +435,17 @@ impl BrokerMetrics {
     }
 
     /// An idempotent producer's duplicate batch was answered without a write.
+    /// Counts record bytes a connection's writer took from the segment files:
+    /// with `sendfile`, or read into memory.
+    pub(crate) fn fetch_file_bytes(&self, sendfile: bool, n: u64) {
+        if n > 0 {
+            let path = if sendfile { "sendfile" } else { "copied" };
+            self.fetch_file_bytes
+                .get_or_create(&PathLabel { path })
+                .inc_by(n);
+        }
+    }
+
     pub(crate) fn produce_duplicate(&self) {
         self.produce_duplicates.inc();
     }

@@ -71,14 +71,31 @@ impl std::fmt::Debug for Sink {
 }
 
 impl Sink {
-    /// Writes `batch` in order (each behind its length prefix) and leaves it empty.
-    pub(crate) async fn write(&mut self, batch: &mut Vec<Outgoing>) -> Result<(), WriteError> {
+    /// Writes `batch` in order (each behind its length prefix) and leaves it
+    /// empty. Returns the bytes of its regions (read from the segment files).
+    pub(crate) async fn write(&mut self, batch: &mut Vec<Outgoing>) -> Result<u64, WriteError> {
+        let regions = batch
+            .iter()
+            .map(|out| match out {
+                Outgoing::Frame(_) => 0,
+                Outgoing::Chunks(chunks) => chunks
+                    .iter()
+                    .filter(|c| matches!(c, Chunk::Region(_)))
+                    .map(Chunk::len)
+                    .sum(),
+            })
+            .sum();
         let written = match self {
             Sink::Tcp(w) => write_zero_copy(w, batch).await,
             Sink::Copy(w) => write_copying(w, batch).await,
         };
         batch.clear();
-        written
+        written.map(|()| regions)
+    }
+
+    /// Whether regions are sent with `sendfile` (else copied).
+    pub(crate) fn sends_files(&self) -> bool {
+        matches!(self, Sink::Tcp(_))
     }
 }
 
@@ -332,7 +349,7 @@ mod tests {
         mut sink: Sink,
         peer: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
         mut batch: Vec<Outgoing>,
-    ) -> (Result<(), WriteError>, Vec<Bytes>) {
+    ) -> (Result<u64, WriteError>, Vec<Bytes>) {
         let reader = tokio::spawn(async move {
             let mut frames = FramedRead::new(peer, frame::codec(1 << 24));
             let mut got = Vec::new();
@@ -372,7 +389,8 @@ mod tests {
                 ],
             )
             .await;
-            written.unwrap();
+            let records = syncline_log::Records::Regions(read.regions.clone()).len();
+            assert_eq!(written.unwrap(), records as u64);
             assert_eq!(got.len(), 3, "tcp {tcp}");
             assert_eq!(&got[0][..], b"before");
             assert_eq!(got[1], expected, "tcp {tcp}");

@@ -509,6 +509,7 @@ async fn connection(accepted: Accepted, broker: Arc<Broker>, shutdown: Cancellat
     });
     let writer_close = close.clone();
     let writer_peer = peer.clone();
+    let metrics = broker.shared_metrics();
     let writer = tokio::spawn(async move {
         let mut sink = sink;
         let mut batch = Vec::with_capacity(frame::MAX_FRAMES_PER_WRITE);
@@ -527,7 +528,7 @@ async fn connection(accepted: Accepted, broker: Arc<Broker>, shutdown: Cancellat
                 }
             }
             match sink.write(&mut batch).await {
-                Ok(()) => {}
+                Ok(file_bytes) => metrics.fetch_file_bytes(sink.sends_files(), file_bytes),
                 Err(WriteError::Io(_)) => break,
                 Err(e @ WriteError::Region(_)) => {
                     // Better no answer than a wrong one: the client retries.
