@@ -12,8 +12,8 @@ const PARTITIONS: i32 = 4;
 /// Small segments: fetches span several files.
 const EXTRA: &str = "segment_bytes = 4096\n";
 
-const SENDFILE: &str = "syncline_fetch_file_bytes_total{path=\"sendfile\"}";
-const COPIED: &str = "syncline_fetch_file_bytes_total{path=\"copied\"}";
+const SENDFILE: &str = "syncline_fetch_sendfile_bytes_total";
+const COPIED: &str = "syncline_fetch_copied_bytes_total";
 
 /// Batch `i`'s values: sizes and bytes vary with `i`.
 fn values(i: usize) -> Vec<Vec<u8>> {
