@@ -79,6 +79,11 @@ impl Broker {
         &self.metrics
     }
 
+    /// The metrics, for a task that must not keep the broker alive.
+    pub(crate) fn shared_metrics(&self) -> Arc<BrokerMetrics> {
+        self.metrics.clone()
+    }
+
     /// The partitions this broker hosts.
     pub fn replica_manager(&self) -> &ReplicaManager {
         &self.rm

@@ -4,9 +4,11 @@
 //! (an append, an HW advance, a role change, the timer, a closed connection) runs
 //! `on_complete`, which sends the response.
 
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use syncline_log::{FileRegion, Records};
 use syncline_proto::{pb, ErrorCode};
 use syncline_purgatory::{Completion, DelayedOperation, OpHandle};
 
@@ -50,6 +52,9 @@ pub(crate) struct FetchParams {
     pub push_high_watermark: bool,
     pub min_bytes: u64,
     pub max_bytes: usize,
+    /// Records are read as regions of the segment files, sent without being
+    /// copied ([`crate::send`]).
+    pub zero_copy: bool,
 }
 
 impl FetchParams {
@@ -95,6 +100,43 @@ pub(crate) struct ReadPoint {
     pub log_end_offset: i64,
 }
 
+/// The records of a fetch response left in the segment files (zero-copy), by
+/// topic and partition; a partition named twice has its reads in response order.
+#[derive(Debug, Default)]
+pub(crate) struct FetchRegions(BTreeMap<(String, i32), VecDeque<Vec<FileRegion>>>);
+
+impl FetchRegions {
+    fn push(&mut self, topic: &str, partition: i32, regions: Vec<FileRegion>) {
+        self.0
+            .entry((topic.to_owned(), partition))
+            .or_default()
+            .push_back(regions);
+    }
+
+    /// Whether none are left.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether the partition has records here.
+    pub(crate) fn has(&self, topic: &str, partition: i32) -> bool {
+        self.0.contains_key(&(topic.to_owned(), partition))
+    }
+
+    /// Takes the partition's (next) records; none when it has none here.
+    pub(crate) fn take(&mut self, topic: &str, partition: i32) -> Vec<FileRegion> {
+        let key = (topic.to_owned(), partition);
+        let Some(queue) = self.0.get_mut(&key) else {
+            return Vec::new();
+        };
+        let regions = queue.pop_front().unwrap_or_default();
+        if queue.is_empty() {
+            self.0.remove(&key);
+        }
+        regions
+    }
+}
+
 /// What [`read_partitions`] read.
 #[derive(Debug, Default)]
 pub(crate) struct ReadSummary {
@@ -105,6 +147,8 @@ pub(crate) struct ReadSummary {
     pub points: Vec<Option<ReadPoint>>,
     /// Of `bytes`, those of throttled partitions.
     pub throttled_bytes: usize,
+    /// The records read as regions (`zero_copy`), not in the response.
+    pub regions: FetchRegions,
 }
 
 impl ReadSummary {
@@ -130,6 +174,7 @@ pub(crate) fn read_partitions(
     let now = tokio::time::Instant::now();
     let follower = params.is_follower();
     let mut points = Vec::with_capacity(if follower { statuses.len() } else { 0 });
+    let mut regions = FetchRegions::default();
     for s in statuses {
         let remaining = params.max_bytes.saturating_sub(total);
         let max = s.partition_max_bytes.min(remaining);
@@ -141,6 +186,7 @@ pub(crate) fn read_partitions(
                 s.last_fetched_epoch,
                 s.current_leader_epoch,
                 if first_data { max.max(1) } else { max },
+                params.zero_copy,
             )
         } else {
             s.partition.read_for_consumer(
@@ -148,16 +194,18 @@ pub(crate) fn read_partitions(
                 if first_data { max.max(1) } else { max },
                 s.current_leader_epoch,
                 params.allow_follower_read,
+                params.zero_copy,
             )
         };
-        let out = &mut response.responses[s.topic_index].partitions[s.partition_index];
+        let topic = &mut response.responses[s.topic_index];
+        let out = &mut topic.partitions[s.partition_index];
         match result {
             Ok(r) => {
                 // Past the request's budget, only the first partition with data may
                 // exceed it (min one batch); later ones send nothing this round.
                 let held_back = s.held_back(now);
                 let records = if held_back || (!first_data && r.records.len() > remaining) {
-                    bytes::Bytes::new()
+                    Records::default()
                 } else {
                     r.records
                 };
@@ -180,7 +228,15 @@ pub(crate) fn read_partitions(
                     epoch: d.epoch,
                     end_offset: d.end_offset,
                 });
-                out.records = records;
+                out.records = match records {
+                    Records::Bytes(bytes) => bytes,
+                    Records::Regions(r) => {
+                        if !r.is_empty() {
+                            regions.push(&topic.topic, out.partition, r);
+                        }
+                        bytes::Bytes::new()
+                    }
+                };
                 out.current_leader = None;
             }
             Err(code) => {
@@ -202,6 +258,7 @@ pub(crate) fn read_partitions(
         bytes: total,
         points,
         throttled_bytes,
+        regions,
     }
 }
 
@@ -282,8 +339,10 @@ impl DelayedOperation for DelayedFetch {
         }
         let read = read_partitions(&self.params, &self.statuses, &mut response);
         read.count(&self.metrics);
-        self.session.0.finish(self.session.1, &mut response);
-        responder.send(pb::response::Body::Fetch(response));
+        self.session
+            .0
+            .finish(self.session.1, &mut response, &read.regions);
+        responder.send_fetch(response, read.regions);
     }
 }
 

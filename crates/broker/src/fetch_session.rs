@@ -22,6 +22,8 @@ use parking_lot::Mutex;
 use syncline_proto::{pb, ErrorCode};
 use tokio::time::Instant;
 
+use crate::delayed::FetchRegions;
+
 /// `session_epoch` of a request that starts a new session.
 pub(crate) const INITIAL_EPOCH: i32 = 0;
 /// `session_epoch` of a sessionless request (or one closing its session).
@@ -256,8 +258,14 @@ impl FetchSessionCache {
     }
 
     /// Trims an incremental response to the partitions with news and remembers what
-    /// was sent; sets the response's session id.
-    pub(crate) fn finish(&self, ctx: SessionContext, response: &mut pb::FetchResponse) {
+    /// was sent; sets the response's session id. `regions`: the records read
+    /// outside the response (zero-copy).
+    pub(crate) fn finish(
+        &self,
+        ctx: SessionContext,
+        response: &mut pb::FetchResponse,
+        regions: &FetchRegions,
+    ) {
         response.session_id = ctx.session_id();
         let (id, incremental) = match ctx {
             SessionContext::Sessionless => return,
@@ -282,6 +290,7 @@ impl FetchSessionCache {
                     log_start_offset: p.log_start_offset,
                 };
                 let news = !p.records.is_empty()
+                    || regions.has(&t.topic, p.partition)
                     || p.error_code != ErrorCode::None as i32
                     || p.diverging_epoch.is_some()
                     || partitions[i].1 != Some(now_sent);
@@ -373,7 +382,7 @@ mod tests {
         };
         assert_eq!(entries.len(), 2);
         let mut r = response(&[(0, 5, 0), (1, 7, 0)]);
-        cache.finish(ctx, &mut r);
+        cache.finish(ctx, &mut r, &FetchRegions::default());
         assert_eq!(r.session_id, id);
         assert_eq!(
             partitions_in(&r),
@@ -394,12 +403,12 @@ mod tests {
         assert_eq!(offsets, vec![(0, 9), (1, 7)]);
         // Only partition 1 has news (records); partition 0's HW did not move.
         let mut r = response(&[(0, 5, 0), (1, 7, 100)]);
-        cache.finish(ctx, &mut r);
+        cache.finish(ctx, &mut r, &FetchRegions::default());
         assert_eq!(partitions_in(&r), vec![1]);
         // An HW change is news even without records.
         let (ctx, _) = cache.begin(&req(id, 2, vec![], vec![]), t0).unwrap();
         let mut r = response(&[(0, 9, 0), (1, 7, 0)]);
-        cache.finish(ctx, &mut r);
+        cache.finish(ctx, &mut r, &FetchRegions::default());
         assert_eq!(partitions_in(&r), vec![0]);
         // Forgetting a partition.
         let (_, entries) = cache.begin(&req(id, 3, vec![], vec![1]), t0).unwrap();

@@ -33,7 +33,8 @@
 //! - [`config`]: the TOML configuration (Kafka's names and defaults);
 //!   [`topic_config`]: a topic's effective settings.
 //! - `broker`: the parts of a broker, request dispatch, start and shutdown;
-//!   `server`: connections, framing, responders; [`net`]: the network seam.
+//!   `server`: connections, framing, responders; `send`: writing responses,
+//!   fetched records with `sendfile` (zero-copy); [`net`]: the network seam.
 //! - `metadata_cache`: the cluster as this broker knows it.
 //! - `auth`: broker authentication (SCRAM between brokers) and who may use the
 //!   internal APIs.
@@ -64,6 +65,7 @@ pub use syncline_log::planted;
 mod producer_ids;
 mod quota;
 mod replica_manager;
+mod send;
 mod server;
 pub mod topic_config;
 

@@ -111,6 +111,8 @@ pub struct BrokerMetrics {
     produce_duplicates: Counter,
     produce_out_of_order: Counter,
     throttled_replication_bytes: Family<SideLabel, Counter>,
+    fetch_sendfile_bytes: Counter,
+    fetch_copied_bytes: Counter,
     pub(crate) partition_isr_size: Family<PartitionLabel, Gauge>,
     pub(crate) partition_max_replica_lag: Family<PartitionLabel, Gauge>,
     pub(crate) authentication_failures: Counter,
@@ -329,6 +331,22 @@ impl BrokerMetrics {
         for side in [ThrottleSide::Leader, ThrottleSide::Follower] {
             drop(throttled_replication_bytes.get_or_create(&side.label()));
         }
+        // Two counters rather than a family with a label: a family is a HashMap,
+        // and one more of those changes the simulation's traces (see crates/sim).
+        let fetch_sendfile_bytes = Counter::default();
+        registry.register(
+            "fetch_sendfile_bytes",
+            "Record bytes of fetch responses sent from the segment files to plain TCP \
+             sockets with sendfile (zero-copy)",
+            fetch_sendfile_bytes.clone(),
+        );
+        let fetch_copied_bytes = Counter::default();
+        registry.register(
+            "fetch_copied_bytes",
+            "Record bytes of fetch responses read from the segment files into memory to be \
+             written (TLS, or any stream that is not a plain TCP socket)",
+            fetch_copied_bytes.clone(),
+        );
         let partition_isr_size = Family::<PartitionLabel, Gauge>::default();
         registry.register(
             "partition_isr_size",
@@ -375,6 +393,8 @@ impl BrokerMetrics {
             produce_duplicates,
             produce_out_of_order,
             throttled_replication_bytes,
+            fetch_sendfile_bytes,
+            fetch_copied_bytes,
             partition_isr_size,
             partition_max_replica_lag,
             authentication_failures,
@@ -418,6 +438,19 @@ impl BrokerMetrics {
     }
 
     /// An idempotent producer's duplicate batch was answered without a write.
+    /// Counts record bytes a connection's writer took from the segment files:
+    /// with `sendfile`, or read into memory.
+    pub(crate) fn fetch_file_bytes(&self, sendfile: bool, n: u64) {
+        if n > 0 {
+            let counter = if sendfile {
+                &self.fetch_sendfile_bytes
+            } else {
+                &self.fetch_copied_bytes
+            };
+            counter.inc_by(n);
+        }
+    }
+
     pub(crate) fn produce_duplicate(&self) {
         self.produce_duplicates.inc();
     }

@@ -2,6 +2,7 @@
 //! [`Network`], so a whole cluster can run over a simulated or fault-injecting
 //! network instead of TCP.
 
+use std::any::Any;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -9,8 +10,36 @@ use std::pin::Pin;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 /// A byte stream to a peer.
-pub trait Stream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
-impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Stream for T {}
+pub trait Stream: AsyncRead + AsyncWrite + Send + Unpin + 'static {
+    /// For [`into_tcp`]: the stream as `Any`.
+    fn as_any(&self) -> &dyn Any;
+    /// For [`into_tcp`]: the stream, boxed as `Any`.
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
+}
+
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Stream for T {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
+}
+
+/// The TCP socket under `stream` when it is a plain one (a stream of [`Tcp`]
+/// or [`BoundTcp`]), for what only a socket can do (`sendfile`); anything else
+/// (TLS, a simulated or fault-injecting network) comes back as it was.
+pub fn into_tcp(stream: BoxStream) -> Result<tokio::net::TcpStream, BoxStream> {
+    // (`&*stream`: the boxed stream's own method, not the box's.)
+    if !<dyn Stream>::as_any(&*stream).is::<tokio::net::TcpStream>() {
+        return Err(stream);
+    }
+    match <dyn Stream>::into_any(stream).downcast::<tokio::net::TcpStream>() {
+        Ok(tcp) => Ok(*tcp),
+        Err(_) => unreachable!("the stream was checked to be a TcpStream"),
+    }
+}
 
 /// A boxed byte stream.
 pub type BoxStream = Box<dyn Stream>;
@@ -110,6 +139,26 @@ impl Network for BoundTcp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn only_a_plain_tcp_stream_is_taken_for_tcp() {
+        let mut listener = Tcp.bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (accepted, connected) = tokio::join!(listener.accept(), Tcp.connect(&addr));
+        let (accepted, _) = accepted.unwrap();
+        let Ok(tcp) = into_tcp(accepted) else {
+            panic!("a TCP stream is taken for one");
+        };
+        assert_eq!(tcp.local_addr().unwrap().to_string(), addr);
+        drop(connected);
+        // A stream that is not a socket (as the simulation's, or TLS) stays what it was.
+        let (a, _b) = tokio::io::duplex(8);
+        let boxed: BoxStream = Box::new(a);
+        let Err(back) = into_tcp(boxed) else {
+            panic!("a duplex stream is not TCP");
+        };
+        assert!(<dyn Stream>::as_any(&*back).is::<tokio::io::DuplexStream>());
+    }
 
     #[tokio::test]
     async fn bound_tcp_connects_from_its_source_address() {

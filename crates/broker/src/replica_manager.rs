@@ -389,6 +389,7 @@ impl ReplicaManager {
             min_bytes: req.min_bytes.max(0) as u64,
             // Never more than the broker's cap, whatever the request asks.
             max_bytes: self.config.fetch_bytes_cap(req.max_bytes),
+            zero_copy: responder.zero_copy(),
         };
         let is_follower = params.is_follower();
         let select_by_rack = params.allow_follower_read
@@ -502,8 +503,9 @@ impl ReplicaManager {
             errors || statuses.is_empty(),
         ) {
             read.count(&self.metrics);
-            self.fetch_sessions.finish(session, &mut response);
-            responder.send(pb::response::Body::Fetch(response));
+            self.fetch_sessions
+                .finish(session, &mut response, &read.regions);
+            responder.send_fetch(response, read.regions);
             return;
         }
         let keys: Vec<TopicPartition> = statuses.iter().map(|s| s.partition.tp.clone()).collect();
@@ -1401,6 +1403,7 @@ mod tests {
             push_high_watermark: false,
             min_bytes: 1,
             max_bytes: 1 << 20,
+            zero_copy: false,
         };
         let status = |throttle: Option<Arc<ReplicationQuota>>| FetchPartitionStatus {
             topic_index: 0,
@@ -1413,7 +1416,7 @@ mod tests {
             high_watermark_seen: -1,
             throttle,
         };
-        let read = |statuses: &[FetchPartitionStatus]| {
+        let read_with = |params: &FetchParams, statuses: &[FetchPartitionStatus]| {
             let mut response = pb::FetchResponse {
                 responses: vec![pb::FetchableTopicResponse {
                     topic: "t".into(),
@@ -1421,9 +1424,10 @@ mod tests {
                 }],
                 ..Default::default()
             };
-            let summary = read_partitions(&params, statuses, &mut response);
+            let summary = read_partitions(params, statuses, &mut response);
             (summary, response.responses[0].partitions[0].clone())
         };
+        let read = |statuses: &[FetchPartitionStatus]| read_with(&params, statuses);
         let throttled = [status(Some(quota.clone()))];
         // A full bucket (one second: 1000 bytes) lets the first fetch take all
         // three batches, which overdraws it.
@@ -1445,7 +1449,22 @@ mod tests {
         assert!(!fetch_ready(&params, &throttled));
         // The same fetch unthrottled would get the bytes at once.
         assert!(fetch_ready(&params, &[status(None)]));
-        assert!(read(&[status(None)]).0.bytes > 1500);
+        let (copied, data) = read(&[status(None)]);
+        assert!(copied.bytes > 1500);
+        assert!(copied.regions.is_empty());
+        // Read for zero-copy, the same records are left in the file: regions
+        // outside the response, counted all the same.
+        let zero_copy = FetchParams {
+            zero_copy: true,
+            ..params
+        };
+        let (mut regions, without) = read_with(&zero_copy, &[status(None)]);
+        assert_eq!(regions.bytes, copied.bytes);
+        assert!(without.records.is_empty());
+        assert!(regions.regions.has("t", 0));
+        let held = syncline_log::Records::Regions(regions.regions.take("t", 0));
+        assert_eq!(held.read().unwrap(), data.records);
+        assert!(regions.regions.is_empty());
         // Once the bucket refills, the records flow again.
         tokio::time::advance(quota.wait(Instant::now())).await;
         assert!(fetch_ready(&params, &throttled));

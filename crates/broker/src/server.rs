@@ -29,9 +29,11 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::{Principal, SaslContext, SaslState};
 use crate::broker::Broker;
 use crate::config::SecurityProtocol;
+use crate::delayed::FetchRegions;
 use crate::delayed::PendingOp;
 use crate::metrics::ApiMetrics;
 use crate::net::{BoxStream, Listener};
+use crate::send::{Outgoing, Sink, WriteError};
 
 /// Per-connection state shared with the responders of its requests.
 #[derive(Debug)]
@@ -41,7 +43,7 @@ pub(crate) struct ConnectionState {
     pub listener: Arc<str>,
     /// The writer of a syncline connection; None on a Kafka listener, whose
     /// responders carry their own slot in the response order.
-    tx: Option<mpsc::UnboundedSender<(Bytes, Option<OwnedSemaphorePermit>)>>,
+    tx: Option<mpsc::UnboundedSender<(Outgoing, Option<OwnedSemaphorePermit>)>>,
     /// Operations waiting in a purgatory on behalf of this connection: cancelled
     /// when it closes.
     pending: Mutex<Vec<PendingOp>>,
@@ -298,13 +300,69 @@ impl Responder {
             correlation_id: self.correlation_id,
             body: Some(body),
         };
-        let bytes = frame::encode(&response);
+        self.queue(Outgoing::Frame(frame::encode(&response)));
+    }
+
+    /// Whether a fetch response may leave its records in the segment files
+    /// ([`Responder::send_fetch`]): only on a syncline connection, whose writer
+    /// sends them itself (the Kafka listener's responses and the broker's own
+    /// requests need them in memory).
+    pub(crate) fn zero_copy(&self) -> bool {
+        self.conn.tx.is_some() && self.kafka.is_none() && self.internal.is_none()
+    }
+
+    /// Sends a fetch response whose records are `response`'s and, for the
+    /// partitions in `regions`, those regions of the segment files: written
+    /// around the envelope without being copied here ([`crate::send`]).
+    pub(crate) fn send_fetch(mut self, response: pb::FetchResponse, mut regions: FetchRegions) {
+        if regions.is_empty() {
+            self.send(pb::response::Body::Fetch(response));
+            return;
+        }
+        let mut body = pb::response::Body::Fetch(response);
+        if let Some(PatchSlot(patch)) = self.patch.take() {
+            patch(&mut body);
+        }
+        let pb::response::Body::Fetch(response) = body else {
+            unreachable!("a fetch response's patch keeps it a fetch response")
+        };
+        if !self.zero_copy() {
+            // Not read for zero-copy: nothing here reads regions, but should
+            // one come, its records are read into the message.
+            let mut response = response;
+            for t in &mut response.responses {
+                for p in &mut t.partitions {
+                    let taken = regions.take(&t.topic, p.partition);
+                    if taken.is_empty() {
+                        continue;
+                    }
+                    match syncline_log::Records::Regions(taken).read() {
+                        Ok(bytes) => p.records = bytes,
+                        Err(e) => {
+                            tracing::warn!(peer = %self.conn.peer, error = %e, "closing connection: fetch records changed under the response");
+                            self.conn.close.cancel();
+                            return;
+                        }
+                    }
+                }
+            }
+            self.send(pb::response::Body::Fetch(response));
+            return;
+        }
+        let chunks = frame::encode_fetch_response_chunks(self.correlation_id, response, |t, p| {
+            regions.take(t, p)
+        });
+        self.queue(Outgoing::Chunks(chunks));
+    }
+
+    /// Queues a syncline response frame for the connection's writer.
+    fn queue(&mut self, out: Outgoing) {
         if let Some(api) = &self.api {
-            api.observe(self.started.elapsed(), bytes.len());
+            api.observe(self.started.elapsed(), out.len() as usize);
         }
         // The connection may have closed meanwhile: then nobody wants the answer.
         if let Some(tx) = &self.conn.tx {
-            let _ = tx.send((bytes, self.reserved.take()));
+            let _ = tx.send((out, self.reserved.take()));
         }
     }
 
@@ -435,8 +493,8 @@ async fn connection(accepted: Accepted, broker: Arc<Broker>, shutdown: Cancellat
         certificate,
     } = accepted;
     let max_frame = broker.config().socket_request_max_bytes;
-    let (read_half, write_half) = tokio::io::split(stream);
-    let (tx, mut rx) = mpsc::unbounded_channel::<(Bytes, Option<OwnedSemaphorePermit>)>();
+    let (read_half, sink) = split(stream);
+    let (tx, mut rx) = mpsc::unbounded_channel::<(Outgoing, Option<OwnedSemaphorePermit>)>();
     let close = shutdown.child_token();
     let conn = Arc::new(ConnectionState {
         listener,
@@ -449,24 +507,35 @@ async fn connection(accepted: Accepted, broker: Arc<Broker>, shutdown: Cancellat
         protocol,
         close: close.clone(),
     });
+    let writer_close = close.clone();
+    let writer_peer = peer.clone();
+    let metrics = broker.shared_metrics();
     let writer = tokio::spawn(async move {
-        let mut write_half = write_half;
-        let mut frames = Vec::with_capacity(frame::MAX_FRAMES_PER_WRITE);
+        let mut sink = sink;
+        let mut batch = Vec::with_capacity(frame::MAX_FRAMES_PER_WRITE);
         let mut written = Vec::with_capacity(frame::MAX_FRAMES_PER_WRITE);
         while let Some((first, reserved)) = rx.recv().await {
             written.push(reserved);
-            // Everything already queued goes out in one vectored write.
-            let more = || {
-                rx.try_recv().ok().map(|(bytes, reserved)| {
-                    written.push(reserved);
-                    bytes
-                })
-            };
-            if frame::write_queued(&mut write_half, &mut frames, first, more)
-                .await
-                .is_err()
-            {
-                break;
+            batch.push(first);
+            // Everything already queued goes out together.
+            while batch.len() < frame::MAX_FRAMES_PER_WRITE {
+                match rx.try_recv() {
+                    Ok((out, reserved)) => {
+                        written.push(reserved);
+                        batch.push(out);
+                    }
+                    Err(_) => break,
+                }
+            }
+            match sink.write(&mut batch).await {
+                Ok(file_bytes) => metrics.fetch_file_bytes(sink.sends_files(), file_bytes),
+                Err(WriteError::Io(_)) => break,
+                Err(e @ WriteError::Region(_)) => {
+                    // Better no answer than a wrong one: the client retries.
+                    tracing::info!(peer = %writer_peer, error = %e, "closing connection");
+                    writer_close.cancel();
+                    break;
+                }
             }
             // Their bytes left this process: the reader may take more fetches.
             written.clear();
@@ -539,6 +608,22 @@ async fn connection(accepted: Accepted, broker: Arc<Broker>, shutdown: Cancellat
     // completed requests queued); on shutdown nobody waits for it.
     if shutdown.is_cancelled() {
         writer.abort();
+    }
+}
+
+/// A connection's reading half and the sink its responses are written to: a
+/// plain TCP socket's own halves (its fetch responses' records are sent with
+/// `sendfile`), or any other stream's.
+fn split(stream: BoxStream) -> (Box<dyn tokio::io::AsyncRead + Send + Unpin>, Sink) {
+    match crate::net::into_tcp(stream) {
+        Ok(tcp) => {
+            let (r, w) = tcp.into_split();
+            (Box::new(r), Sink::Tcp(w))
+        }
+        Err(stream) => {
+            let (r, w) = tokio::io::split(stream);
+            (Box::new(r), Sink::Copy(Box::new(w)))
+        }
     }
 }
 

@@ -38,6 +38,8 @@
 //! - `segment`: one segment file and its index; appending, locating, recovering.
 //! - `index`: the sparse index in memory and its files.
 //! - `recovery`: opening a directory.
+//! - `region`: [`FileRegion`], a read's batches left in the segment files
+//!   (zero-copy fetches), and the truncation count that invalidates them.
 //! - `epoch_cache`: [`LeaderEpochCache`], a pure state machine.
 //! - `checkpoint`: atomic small files.
 //! - [`disk`]: the storage seam a simulated disk plugs into.
@@ -53,6 +55,7 @@ mod log;
 pub mod planted;
 mod producer_state;
 mod recovery;
+mod region;
 mod segment;
 
 pub use config::LogConfig;
@@ -62,3 +65,4 @@ pub use log::{AppendInfo, Log, ReadInfo, RetentionInfo, TimestampOffset};
 pub use producer_state::{
     BatchRef, ProducerEntry, ProducerStates, SequenceCheck, SequenceError, BATCHES_PER_PRODUCER,
 };
+pub use region::{stale_region, FileRegion, Records, RegionRead};

@@ -16,6 +16,7 @@ use crate::error::IoContext;
 use crate::index::remove_if_exists;
 use crate::producer_state::{ProducerStates, SNAPSHOT_SUFFIX};
 use crate::recovery::recover_dir;
+use crate::region::{FileRegion, RegionRead, Truncations};
 use crate::segment::{
     check_header, parse_segment_file, remove_segment_files, segment_file, PendingBatch, Segment,
 };
@@ -97,6 +98,8 @@ pub struct Log {
     high_watermark_on_disk: Mutex<Option<i64>>,
     /// Idempotent producers' state, folded from every batch in the log.
     producers: ProducerStates,
+    /// Counts truncations, for the file regions of reads in flight.
+    truncations: Truncations,
 }
 
 impl std::fmt::Debug for Log {
@@ -130,6 +133,7 @@ impl Log {
             failed: None,
             high_watermark_on_disk: Mutex::new(None),
             producers: ProducerStates::default(),
+            truncations: Truncations::default(),
         };
         // No checkpoint file reads as 0, as a file holding 0 would.
         *log.high_watermark_on_disk
@@ -732,6 +736,99 @@ impl Log {
         })
     }
 
+    /// What [`Log::read`] reads, with the same bounds (`upper_bound`,
+    /// `max_bytes`, `min_one_batch`, whole batches only), as regions of the
+    /// segment files instead of copied bytes: only batch headers are read, to
+    /// find where the batches end. The regions stay valid until the log is
+    /// truncated ([`FileRegion::check`]).
+    pub fn read_regions(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        upper_bound: i64,
+        min_one_batch: bool,
+    ) -> Result<RegionRead, LogError> {
+        self.check_failed()?;
+        let (log_start_offset, log_end_offset) = (self.log_start_offset(), self.log_end_offset());
+        if offset < log_start_offset || offset > log_end_offset {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                log_start_offset,
+                log_end_offset,
+            });
+        }
+        let upper_bound = upper_bound.min(log_end_offset);
+        let mut regions = Vec::new();
+        let mut used = 0u64;
+        let mut expected: Option<i64> = None;
+        let first_segment = if offset < upper_bound {
+            self.segment_index(offset)
+        } else {
+            self.segments.len()
+        };
+        for segment in &self.segments[first_segment..] {
+            let (position, first_len) = match expected {
+                None => match segment.locate(offset)? {
+                    Some((position, header)) => {
+                        expected = Some(header.base_offset);
+                        (position, header.total_len() as u64)
+                    }
+                    None => continue,
+                },
+                Some(next) if next == segment.base_offset() => (0, 0),
+                Some(next) => {
+                    return Err(LogError::Corrupt {
+                        path: segment.path().to_path_buf(),
+                        position: 0,
+                        reason: format!(
+                            "segment starts at offset {} where {next} was expected",
+                            segment.base_offset()
+                        ),
+                    })
+                }
+            };
+            let available = segment.size_bytes() - position;
+            let mut want = (max_bytes as u64).saturating_sub(used).min(available);
+            if used == 0 && min_one_batch {
+                want = want.max(first_len).min(available);
+            }
+            if want < HEADER_LEN as u64 {
+                break;
+            }
+            let cut = want < available;
+            let walk = whole_batch_headers(
+                segment,
+                position,
+                want,
+                expected.unwrap_or(offset),
+                upper_bound,
+                cut,
+            )?;
+            if walk.used_bytes > 0 {
+                regions.push(FileRegion::new(
+                    segment.shared_file().clone(),
+                    position,
+                    walk.used_bytes as u64,
+                    &self.truncations,
+                ));
+            }
+            used += walk.used_bytes as u64;
+            expected = Some(walk.next_offset);
+            if walk.stopped || cut {
+                break;
+            }
+        }
+        let next_offset = if regions.is_empty() {
+            offset
+        } else {
+            expected.unwrap_or(offset)
+        };
+        Ok(RegionRead {
+            regions,
+            next_offset,
+        })
+    }
+
     /// ListOffsets by timestamp, as Kafka answers it: the first record (in offset
     /// order) whose timestamp is at or after `target`, found from the segments'
     /// max timestamps, their time indexes and a scan of the batch headers after
@@ -835,6 +932,8 @@ impl Log {
     }
 
     fn truncate_inner(&mut self, offset: i64) -> Result<(), LogError> {
+        // Before any file changes: regions read until now must not be sent.
+        self.truncations.bump();
         let i = self.segment_index(offset);
         let (position, new_end) = match self.segments[i].locate(offset)? {
             Some((position, header)) => (position, header.base_offset),
@@ -886,6 +985,7 @@ impl Log {
     }
 
     fn restart_at(&mut self, offset: i64) -> Result<(), LogError> {
+        self.truncations.bump();
         for segment in self.segments.iter().rev() {
             remove_segment_files(&self.dir, segment.base_offset())?;
         }
@@ -1122,6 +1222,61 @@ fn whole_batches(
                 break;
             }
             return Err(corrupt("batch runs past the segment end".into()));
+        }
+        if header.next_offset() > upper_bound {
+            walk.stopped = true;
+            break;
+        }
+        walk.used_bytes += header.total_len();
+        walk.next_offset = header.next_offset();
+    }
+    Ok(walk)
+}
+
+/// [`whole_batches`] over the `len` bytes of `segment` from `position`,
+/// reading only the batch headers.
+fn whole_batch_headers(
+    segment: &Segment,
+    position: u64,
+    len: u64,
+    first_offset: i64,
+    upper_bound: i64,
+    cut: bool,
+) -> Result<Walk, LogError> {
+    let mut walk = Walk {
+        used_bytes: 0,
+        next_offset: first_offset,
+        stopped: false,
+    };
+    let mut headers = segment.headers();
+    while (walk.used_bytes as u64) < len {
+        let at = position + walk.used_bytes as u64;
+        let rest = len - walk.used_bytes as u64;
+        if rest < HEADER_LEN as u64 && cut {
+            walk.stopped = true;
+            break;
+        }
+        let header = headers.header_at(at)?;
+        if header.base_offset != walk.next_offset {
+            return Err(LogError::Corrupt {
+                path: segment.path().to_path_buf(),
+                position: at,
+                reason: format!(
+                    "batch at offset {} where {} was expected",
+                    header.base_offset, walk.next_offset
+                ),
+            });
+        }
+        if header.total_len() as u64 > rest {
+            if cut {
+                walk.stopped = true;
+                break;
+            }
+            return Err(LogError::Corrupt {
+                path: segment.path().to_path_buf(),
+                position: at,
+                reason: "batch runs past the segment end".into(),
+            });
         }
         if header.next_offset() > upper_bound {
             walk.stopped = true;

@@ -6,6 +6,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufReader, IoSlice, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
 use syncline_proto::batch::{self, BatchHeader, HEADER_LEN, STAMPED_PREFIX_LEN};
@@ -217,7 +218,8 @@ impl<'a> HeaderReader<'a> {
 pub(crate) type Distrust = String;
 
 pub(crate) struct Segment {
-    file: File,
+    /// Shared with the file regions of reads in flight (zero-copy fetches).
+    file: Arc<File>,
     path: PathBuf,
     contents: Contents,
     /// Bytes were written (or the file was cut) since the last fsync.
@@ -249,7 +251,7 @@ impl std::fmt::Debug for Segment {
 impl Segment {
     fn from_parts(file: File, path: PathBuf, contents: Contents, unflushed: bool) -> Self {
         Segment {
-            file,
+            file: Arc::new(file),
             path,
             contents,
             unflushed,
@@ -461,6 +463,12 @@ impl Segment {
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)))
     }
 
+    /// The segment's file, for regions of it that outlive the read (zero-copy
+    /// fetches).
+    pub(crate) fn shared_file(&self) -> &Arc<File> {
+        &self.file
+    }
+
     /// A header reader over this segment's batches.
     pub(crate) fn headers(&self) -> HeaderReader<'_> {
         HeaderReader::new(&self.file, &self.path, self.contents.size_bytes)
@@ -524,7 +532,7 @@ impl Segment {
             let mut left = limit;
             for s in slices.iter() {
                 let n = left.min(s.len());
-                (&self.file).write_all(&s[..n])?;
+                (&*self.file).write_all(&s[..n])?;
                 left -= n;
             }
             return Err(io::Error::new(
@@ -534,7 +542,7 @@ impl Segment {
         }
         let mut slices = slices;
         while !slices.is_empty() {
-            match (&self.file).write_vectored(slices) {
+            match (&*self.file).write_vectored(slices) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => IoSlice::advance_slices(&mut slices, n),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

@@ -1005,3 +1005,103 @@ fn producer_state_follows_appends_truncation_retention_and_reopening() {
         &pruned
     );
 }
+
+/// The regions' bytes, read back.
+fn region_bytes(read: &syncline_log::RegionRead) -> Vec<u8> {
+    syncline_log::Records::Regions(read.regions.clone())
+        .read()
+        .unwrap()
+        .to_vec()
+}
+
+#[test]
+fn regions_hold_what_read_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = batch(2, 50, TS).len();
+    let mut log = Log::open(dir.path(), small_config(one as u64 * 3)).unwrap();
+    fill(&mut log, 10, 2, 0);
+    assert!(log.segment_count() > 3);
+    for offset in 0..=20 {
+        for max_bytes in [
+            0,
+            1,
+            one - 1,
+            one,
+            one + 1,
+            one * 3,
+            one * 5 + 7,
+            usize::MAX,
+        ] {
+            for upper in [0, 5, 10, 19, 20, 100] {
+                for min_one in [false, true] {
+                    let read = log.read(offset, max_bytes, upper, min_one).unwrap();
+                    let regions = log.read_regions(offset, max_bytes, upper, min_one).unwrap();
+                    let at = format!("offset {offset} max {max_bytes} upper {upper} {min_one}");
+                    assert_eq!(region_bytes(&regions), read.records.to_vec(), "{at}");
+                    assert_eq!(regions.len(), read.records.len(), "{at}");
+                    assert_eq!(regions.next_offset, read.next_offset, "{at}");
+                    // At most one region per segment, none empty.
+                    assert!(regions.regions.iter().all(|r| !r.is_empty()), "{at}");
+                }
+            }
+        }
+    }
+    assert!(matches!(
+        log.read_regions(21, 100, 100, true),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+}
+
+#[test]
+fn a_truncation_makes_regions_read_before_it_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small_config(1 << 20)).unwrap();
+    fill(&mut log, 4, 5, 0);
+    let before = log.read_regions(0, usize::MAX, 20, true).unwrap();
+    let expected = log.read(0, usize::MAX, 20, true).unwrap().records;
+    assert_eq!(region_bytes(&before), expected.to_vec());
+    // Appends do not invalidate regions.
+    fill(&mut log, 1, 5, 0);
+    for r in &before.regions {
+        r.check().unwrap();
+    }
+    // A follower's truncation, then other batches written where the old ones were.
+    log.truncate_to(10).unwrap();
+    fill(&mut log, 2, 7, 1);
+    for r in &before.regions {
+        assert!(r.check().is_err());
+    }
+    let err = syncline_log::Records::Regions(before.regions.clone())
+        .read()
+        .unwrap_err();
+    assert!(err.to_string().contains("truncated"), "{err}");
+    // Regions read after the truncation are good.
+    let after = log.read_regions(0, usize::MAX, 100, true).unwrap();
+    let expected = log.read(0, usize::MAX, 100, true).unwrap().records;
+    assert_eq!(region_bytes(&after), expected.to_vec());
+    // So are the regions of a log restarted elsewhere, until its next truncation.
+    log.truncate_fully_and_start_at(50).unwrap();
+    assert!(after.regions.iter().all(|r| r.check().is_err()));
+}
+
+#[test]
+fn a_region_of_a_file_cut_behind_the_log_fails_to_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small_config(1 << 20)).unwrap();
+    fill(&mut log, 4, 5, 0);
+    let read = log.read_regions(0, usize::MAX, 20, true).unwrap();
+    assert_eq!(read.regions.len(), 1);
+    // Something else cut the file (the log cannot know).
+    let file = segment_files(dir.path())[0].clone();
+    let len = fs::metadata(&file).unwrap().len();
+    OpenOptions::new()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let err = syncline_log::Records::Regions(read.regions)
+        .read()
+        .unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof);
+}

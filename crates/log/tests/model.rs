@@ -219,6 +219,11 @@ proptest! {
                         prop_assert_eq!(&read.records[..], &expected[..]);
                         let next = headers(&expected).last().map_or(offset, |h| h.next_offset());
                         prop_assert_eq!(read.next_offset, next);
+                        // The zero-copy read names the same bytes.
+                        let regions = log.read_regions(offset, max_bytes, upper, min_one).unwrap();
+                        prop_assert_eq!(regions.next_offset, next);
+                        let held = syncline_log::Records::Regions(regions.regions).read().unwrap();
+                        prop_assert_eq!(&held[..], &expected[..]);
                     }
                 }
                 Op::BytesBetween(from, to) => {

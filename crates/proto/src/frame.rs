@@ -89,6 +89,159 @@ pub async fn write_queued<W: AsyncWrite + Unpin>(
     written
 }
 
+/// A piece of a response frame: bytes in memory, or a region of records the
+/// caller sends by other means (a segment file's bytes, sent with `sendfile`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Chunk<R> {
+    Bytes(Bytes),
+    Region(R),
+}
+
+/// What a [`Chunk::Region`] must tell the encoder: its length in bytes.
+pub trait RegionLen {
+    fn region_len(&self) -> u64;
+}
+
+impl<R: RegionLen> Chunk<R> {
+    /// Its length in bytes.
+    pub fn len(&self) -> u64 {
+        match self {
+            Chunk::Bytes(b) => b.len() as u64,
+            Chunk::Region(r) => r.region_len(),
+        }
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Field numbers of the messages [`encode_fetch_response_chunks`] writes by
+/// hand; the proptest below checks them against prost's own encoding.
+const RESPONSE_FETCH_FIELD: u32 = 11;
+const FETCH_RESPONSES_FIELD: u32 = 4;
+const TOPIC_PARTITIONS_FIELD: u32 = 2;
+const PARTITION_RECORDS_FIELD: u32 = 10;
+
+/// Encodes the frame body of a fetch response (a [`pb::Response`] holding
+/// `fetch`) as chunks whose concatenation is exactly what [`encode`] gives for
+/// the same message with each partition's records followed by `regions(topic,
+/// partition)` (read). The envelope, written around the records, is in memory;
+/// the regions are left for the caller to send. Each message's repeated field
+/// that holds the next level (and the records) is its last field, so the
+/// envelope is prost's encoding of each message without it, followed by it.
+pub fn encode_fetch_response_chunks<R: RegionLen>(
+    correlation_id: i32,
+    mut fetch: pb::FetchResponse,
+    mut regions: impl FnMut(&str, i32) -> Vec<R>,
+) -> Vec<Chunk<R>> {
+    use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
+
+    /// A length-delimited field's bytes beyond its body.
+    fn field_overhead(tag: u32, body: u64) -> u64 {
+        (key_len(tag) + encoded_len_varint(body)) as u64
+    }
+
+    struct Part<R> {
+        head: pb::PartitionData,
+        records: Bytes,
+        regions: Vec<R>,
+        records_len: u64,
+        len: u64,
+    }
+    struct Topic<R> {
+        head: pb::FetchableTopicResponse,
+        parts: Vec<Part<R>>,
+        len: u64,
+    }
+
+    let mut topics = Vec::with_capacity(fetch.responses.len());
+    for mut t in std::mem::take(&mut fetch.responses) {
+        let mut parts = Vec::with_capacity(t.partitions.len());
+        for mut p in std::mem::take(&mut t.partitions) {
+            let records = std::mem::take(&mut p.records);
+            let regions = regions(&t.topic, p.partition);
+            let records_len =
+                records.len() as u64 + regions.iter().map(|r| r.region_len()).sum::<u64>();
+            let mut len = p.encoded_len() as u64;
+            if records_len > 0 {
+                len += field_overhead(PARTITION_RECORDS_FIELD, records_len) + records_len;
+            }
+            parts.push(Part {
+                head: p,
+                records,
+                regions,
+                records_len,
+                len,
+            });
+        }
+        let len = t.encoded_len() as u64
+            + parts
+                .iter()
+                .map(|p| field_overhead(TOPIC_PARTITIONS_FIELD, p.len) + p.len)
+                .sum::<u64>();
+        topics.push(Topic {
+            head: t,
+            parts,
+            len,
+        });
+    }
+    let fetch_len = fetch.encoded_len() as u64
+        + topics
+            .iter()
+            .map(|t| field_overhead(FETCH_RESPONSES_FIELD, t.len) + t.len)
+            .sum::<u64>();
+
+    let mut chunks = Vec::new();
+    let mut buf = BytesMut::with_capacity(256);
+    let envelope = pb::Response {
+        correlation_id,
+        body: None,
+    };
+    envelope
+        .encode(&mut buf)
+        .expect("BytesMut grows, so encoding cannot run out of room");
+    encode_key(RESPONSE_FETCH_FIELD, WireType::LengthDelimited, &mut buf);
+    encode_varint(fetch_len, &mut buf);
+    fetch
+        .encode(&mut buf)
+        .expect("BytesMut grows, so encoding cannot run out of room");
+    for t in topics {
+        encode_key(FETCH_RESPONSES_FIELD, WireType::LengthDelimited, &mut buf);
+        encode_varint(t.len, &mut buf);
+        t.head
+            .encode(&mut buf)
+            .expect("BytesMut grows, so encoding cannot run out of room");
+        for p in t.parts {
+            encode_key(TOPIC_PARTITIONS_FIELD, WireType::LengthDelimited, &mut buf);
+            encode_varint(p.len, &mut buf);
+            p.head
+                .encode(&mut buf)
+                .expect("BytesMut grows, so encoding cannot run out of room");
+            if p.records_len == 0 {
+                continue;
+            }
+            encode_key(PARTITION_RECORDS_FIELD, WireType::LengthDelimited, &mut buf);
+            encode_varint(p.records_len, &mut buf);
+            if !p.records.is_empty() {
+                chunks.push(Chunk::Bytes(buf.split().freeze()));
+                chunks.push(Chunk::Bytes(p.records));
+            }
+            for r in p.regions.into_iter().filter(|r| r.region_len() > 0) {
+                if !buf.is_empty() {
+                    chunks.push(Chunk::Bytes(buf.split().freeze()));
+                }
+                chunks.push(Chunk::Region(r));
+            }
+        }
+    }
+    if !buf.is_empty() {
+        chunks.push(Chunk::Bytes(buf.freeze()));
+    }
+    chunks
+}
+
 /// Decodes a request frame body. `bytes` fields are slices of `frame`, not copies.
 pub fn decode_request(frame: Bytes) -> Result<pb::Request, FrameError> {
     Ok(pb::Request::decode(frame)?)
@@ -140,6 +293,134 @@ mod tests {
         fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
             let _ = decode_request(Bytes::from(bytes.clone()));
             let _ = decode_response(Bytes::from(bytes));
+        }
+    }
+
+    /// A region for the tests: bytes the encoder only measures.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    struct Held(Bytes);
+
+    impl RegionLen for Held {
+        fn region_len(&self) -> u64 {
+            self.0.len() as u64
+        }
+    }
+
+    fn arb_partition() -> impl Strategy<Value = (pb::PartitionData, Vec<usize>)> {
+        (
+            any::<i32>(),
+            0i32..100,
+            any::<i64>(),
+            proptest::option::of((any::<i32>(), any::<i64>())),
+            proptest::option::of(any::<i32>()),
+            proptest::collection::vec(any::<u8>(), 0..400),
+            proptest::collection::vec(0usize..200, 0..4),
+        )
+            .prop_map(
+                |(partition, error, hw, diverging, preferred, records, cuts)| {
+                    let data = pb::PartitionData {
+                        partition,
+                        error_code: error,
+                        high_watermark: hw,
+                        last_stable_offset: hw,
+                        log_start_offset: hw / 2,
+                        diverging_epoch: diverging
+                            .map(|(epoch, end_offset)| pb::EpochEndOffset { epoch, end_offset }),
+                        preferred_read_replica: preferred,
+                        aborted_transactions: vec![pb::AbortedTransaction {
+                            producer_id: hw,
+                            first_offset: 3,
+                        }],
+                        records: Bytes::from(records),
+                        ..Default::default()
+                    };
+                    (data, cuts)
+                },
+            )
+    }
+
+    fn arb_fetch() -> impl Strategy<Value = (pb::FetchResponse, Vec<Vec<Vec<usize>>>)> {
+        let topic = (
+            "[a-z]{0,12}",
+            proptest::collection::vec(arb_partition(), 0..4),
+        );
+        (
+            any::<i32>(),
+            0i32..100,
+            any::<i32>(),
+            proptest::collection::vec(topic, 0..4),
+        )
+            .prop_map(|(throttle, error, session, topics)| {
+                let mut cuts = Vec::new();
+                let responses = topics
+                    .into_iter()
+                    .map(|(topic, parts)| {
+                        let (partitions, c): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
+                        cuts.push(c);
+                        pb::FetchableTopicResponse { topic, partitions }
+                    })
+                    .collect();
+                let fetch = pb::FetchResponse {
+                    throttle_time_ms: throttle,
+                    error_code: error,
+                    session_id: session,
+                    responses,
+                };
+                (fetch, cuts)
+            })
+    }
+
+    proptest! {
+        /// The chunks, regions read, are prost's encoding of the same message.
+        #[test]
+        fn fetch_response_chunks_concatenate_to_prosts_encoding(
+            correlation_id in any::<i32>(),
+            (fetch, cuts) in arb_fetch(),
+            keep_in_memory in any::<bool>(),
+        ) {
+            let expected = encode(&pb::Response {
+                correlation_id,
+                body: Some(pb::response::Body::Fetch(fetch.clone())),
+            });
+            // Each partition's records leave the message as regions (cut into
+            // pieces at `cuts`), or some stay as in-memory records before them.
+            let mut regions_of = std::collections::BTreeMap::new();
+            let mut stripped = fetch.clone();
+            for (ti, t) in stripped.responses.iter_mut().enumerate() {
+                for (pi, p) in t.partitions.iter_mut().enumerate() {
+                    let mut rest = std::mem::take(&mut p.records);
+                    if keep_in_memory && rest.len() > 3 {
+                        p.records = rest.split_to(3);
+                    }
+                    let mut pieces = Vec::new();
+                    for &cut in &cuts[ti][pi] {
+                        let at = cut.min(rest.len());
+                        pieces.push(Held(rest.split_to(at)));
+                    }
+                    pieces.push(Held(rest));
+                    regions_of.insert((t.topic.clone(), p.partition, ti, pi), pieces);
+                }
+            }
+            // Topics and partitions may repeat: hand out each one's pieces in order.
+            let mut order: Vec<_> = regions_of.into_iter().collect();
+            order.sort_by_key(|((_, _, ti, pi), _)| (*ti, *pi));
+            let mut order = order.into_iter();
+            let chunks = encode_fetch_response_chunks(correlation_id, stripped, |topic, partition| {
+                let ((t, p, _, _), pieces) = order.next().unwrap();
+                assert_eq!((t.as_str(), p), (topic, partition));
+                pieces
+            });
+            prop_assert!(order.next().is_none());
+            let mut joined = Vec::new();
+            for c in &chunks {
+                prop_assert!(!c.is_empty());
+                match c {
+                    Chunk::Bytes(b) => joined.extend_from_slice(b),
+                    Chunk::Region(Held(b)) => joined.extend_from_slice(b),
+                }
+            }
+            prop_assert_eq!(joined.len() as u64, chunks.iter().map(Chunk::len).sum::<u64>());
+            prop_assert_eq!(&joined[..], &expected[..]);
         }
     }
 

@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
-use syncline_log::{Log, LogError};
+use syncline_log::{Log, LogError, Records};
 use syncline_log::{ProducerStates, SequenceCheck, SequenceError};
 use syncline_proto::batch;
 use syncline_proto::compression::Compression;
@@ -96,8 +96,9 @@ pub fn delete_in_background(dir: std::path::PathBuf) {
 /// Records read for a fetch.
 #[derive(Debug, Clone)]
 pub struct ReadResult {
-    /// The records (empty when none, or when the logs diverge).
-    pub records: Bytes,
+    /// The records (empty when none, or when the logs diverge): regions of the
+    /// segment files for a zero-copy read.
+    pub records: Records,
     /// The high watermark to send.
     pub high_watermark: i64,
     /// The log's start offset.
@@ -170,6 +171,30 @@ impl std::fmt::Debug for Partition {
 fn storage(e: LogError) -> ErrorCode {
     tracing::error!(error = %e, "log operation failed");
     ErrorCode::StorageError
+}
+
+/// A fetch's read of whole batches from `offset` below `upper_bound`: copied,
+/// or as regions of the segment files (`zero_copy`).
+fn read_records(
+    log: &Log,
+    offset: i64,
+    max_bytes: usize,
+    upper_bound: i64,
+    zero_copy: bool,
+) -> Result<Records, ErrorCode> {
+    Ok(if zero_copy {
+        Records::Regions(
+            log.read_regions(offset, max_bytes, upper_bound, true)
+                .map_err(storage)?
+                .regions,
+        )
+    } else {
+        Records::Bytes(
+            log.read(offset, max_bytes, upper_bound, true)
+                .map_err(storage)?
+                .records,
+        )
+    })
 }
 
 /// What the leader does with produced `batches` (validated) given the log's
@@ -402,13 +427,14 @@ impl Partition {
     // --- fetch ---
 
     /// A consumer read: records below the high watermark only. Touches no
-    /// replication state.
+    /// replication state. `zero_copy`: the records as file regions.
     pub fn read_for_consumer(
         &self,
         fetch_offset: i64,
         max_bytes: usize,
         client_epoch: Option<i32>,
         allow_follower_read: bool,
+        zero_copy: bool,
     ) -> Result<ReadResult, ErrorCode> {
         let (hw, leader_epoch) = {
             let core = self.core.lock();
@@ -421,11 +447,9 @@ impl Partition {
             return Err(ErrorCode::OffsetOutOfRange);
         }
         let records = if fetch_offset >= hw {
-            Bytes::new()
+            Records::default()
         } else {
-            log.read(fetch_offset, max_bytes, hw, true)
-                .map_err(storage)?
-                .records
+            read_records(&log, fetch_offset, max_bytes, hw, zero_copy)?
         };
         Ok(ReadResult {
             records,
@@ -483,7 +507,8 @@ impl Partition {
 
     /// A follower read: records up to the leader's LEO, or the point where the
     /// follower's log diverges. Does not record the follower's progress: see
-    /// [`Partition::record_follower_fetch`].
+    /// [`Partition::record_follower_fetch`]. `zero_copy`: the records as file
+    /// regions.
     pub fn read_for_follower(
         &self,
         follower_id: i32,
@@ -491,6 +516,7 @@ impl Partition {
         last_fetched_epoch: Option<i32>,
         client_epoch: Option<i32>,
         max_bytes: usize,
+        zero_copy: bool,
     ) -> Result<ReadResult, ErrorCode> {
         let (hw, leader_epoch) = {
             let core = self.core.lock();
@@ -500,7 +526,7 @@ impl Partition {
         let log = self.log.read();
         let (start, leo) = (log.log_start_offset(), log.log_end_offset());
         let mut result = ReadResult {
-            records: Bytes::new(),
+            records: Records::default(),
             high_watermark: hw,
             log_start_offset: start,
             log_end_offset: leo,
@@ -520,10 +546,7 @@ impl Partition {
             return Err(ErrorCode::OffsetOutOfRange);
         }
         if fetch_offset < leo {
-            result.records = log
-                .read(fetch_offset, max_bytes, leo, true)
-                .map_err(storage)?
-                .records;
+            result.records = read_records(&log, fetch_offset, max_bytes, leo, zero_copy)?;
         }
         Ok(result)
     }
