@@ -112,6 +112,18 @@ fn a_failing_disk_stops_the_broker_and_a_restart_recovers_it() {
     assert!(saw("restarted by its supervisor"), "{:?}", report.trace);
 }
 
+/// Seed 300494: a broker whose fsync failed as the faults ended was still in
+/// the ISR, holding the high watermark back, when the run read the final log;
+/// the group then read the records committed after it. The final log is read
+/// once the leader's high watermark reaches its log end.
+#[test]
+fn the_final_log_is_read_once_the_leader_has_committed_all_of_it() {
+    let report = run(&options(300494, 10)).expect("the simulation runs");
+    assert_valid(&report);
+    let saw = |what: &str| report.trace.iter().any(|l| l.contains(what));
+    assert!(saw("broker 2 stopped on its own"), "{:?}", report.trace);
+}
+
 #[test]
 fn without_faults_every_send_is_acknowledged_and_read() {
     let report = run(&Options {
