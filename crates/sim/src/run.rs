@@ -353,6 +353,9 @@ struct TopicEnd {
     ends: BTreeMap<i32, (i32, i64, Vec<i32>)>,
     /// Why the topic has no history (it could not be created): a verdict.
     missing: Option<String>,
+    /// Partitions whose leader still had records above its high watermark
+    /// when they were read (the bound ran out): not healed.
+    uncommitted: Vec<String>,
 }
 
 /// A leader's ISR losing members, as the leader watch saw it.
@@ -787,6 +790,7 @@ pub fn run(options: &Options) -> anyhow::Result<Report> {
             replicas,
             healed: match &t.missing {
                 Some(why) => Err(why.clone()),
+                None if !t.uncommitted.is_empty() => Err(t.uncommitted.join(", ")),
                 None => healed.clone(),
             },
             leadership: if topic == TOPIC {
@@ -1033,10 +1037,18 @@ async fn client(
         let mut topic = TopicEnd::default();
         let mut read_to = BTreeMap::new();
         for p in 0..spec.partitions {
-            let (log, leader, hw, replicas) = read_partition(&brokers, &spec.topic, p).await?;
-            read_to.insert(p, log.last().map_or(0, |(o, _)| o + 1));
-            topic.logs.insert(p, log);
-            topic.ends.insert(p, (leader, hw, replicas));
+            let read = read_partition(&brokers, &spec.topic, p).await?;
+            if let Some(why) = read.uncommitted() {
+                topic.uncommitted.push(format!(
+                    "{}-{p}: {why} {HEAL_BOUND:?} after healing",
+                    spec.topic
+                ));
+            }
+            read_to.insert(p, read.records.last().map_or(0, |(o, _)| o + 1));
+            topic.logs.insert(p, read.records);
+            topic
+                .ends
+                .insert(p, (read.leader, read.high_watermark, read.replicas));
         }
         topic.history = workload
             .finish_consumers(read_to, Duration::from_secs(30), sends)
@@ -1273,17 +1285,46 @@ async fn wait_whole(
     }
 }
 
-/// Partition `p` of `topic` up to its high watermark from its leader:
-/// (records, leader, high watermark, replicas).
-async fn read_partition(
-    brokers: &Brokers,
-    topic: &str,
-    p: i32,
-) -> anyhow::Result<(Vec<(i64, String)>, i32, i64, Vec<i32>)> {
+/// A partition as its leader serves it at the end of the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FinalRead {
+    /// (offset, value) from 0 up to the high watermark.
+    records: Vec<(i64, String)>,
+    leader: i32,
+    high_watermark: i64,
+    /// The leader's log end when it was asked.
+    log_end_offset: i64,
+    replicas: Vec<i32>,
+}
+
+impl FinalRead {
+    /// Why this read is not yet the partition's final log: records above the
+    /// high watermark. Once the producers have stopped, a healed partition
+    /// commits its leader's whole log; until then a read stops short of
+    /// records that become readable later (a broker that stopped as the
+    /// faults ended stays in the ISR until it is fenced or shrunk away, and
+    /// holds the high watermark back meanwhile).
+    fn uncommitted(&self) -> Option<String> {
+        (self.high_watermark < self.log_end_offset).then(|| {
+            format!(
+                "the leader's high watermark {} stayed below its log end {}",
+                self.high_watermark, self.log_end_offset
+            )
+        })
+    }
+}
+
+/// Partition `p` of `topic` up to its high watermark from its leader, once
+/// that is the leader's whole log (see [`FinalRead::uncommitted`]), or as it
+/// is when [`HEAL_BOUND`] runs out.
+async fn read_partition(brokers: &Brokers, topic: &str, p: i32) -> anyhow::Result<FinalRead> {
     let start = Instant::now();
     loop {
         match read_once(brokers, topic, p).await {
-            Ok(read) => return Ok(read),
+            Ok(read) if read.uncommitted().is_none() || start.elapsed() > HEAL_BOUND => {
+                return Ok(read)
+            }
+            Ok(_) => tokio::time::sleep(Duration::from_millis(200)).await,
             Err(e) if start.elapsed() > HEAL_BOUND => {
                 return Err(e.context(format!("reading {topic}-{p}")))
             }
@@ -1292,11 +1333,7 @@ async fn read_partition(
     }
 }
 
-async fn read_once(
-    brokers: &Brokers,
-    topic: &str,
-    p: i32,
-) -> anyhow::Result<(Vec<(i64, String)>, i32, i64, Vec<i32>)> {
+async fn read_once(brokers: &Brokers, topic: &str, p: i32) -> anyhow::Result<FinalRead> {
     let (leader, epoch) = leader_of(brokers, topic, p)
         .await
         .ok_or_else(|| anyhow::anyhow!("no leader"))?;
@@ -1315,13 +1352,38 @@ async fn read_once(
         .ok_or_else(|| anyhow::anyhow!("broker {leader} does not lead {topic}-{p}"))?;
     let conn = Connection::connect(addr, "sim-final", REQUEST_TIMEOUT).await?;
     let (records, hw) = read_to_high_watermark(&conn, topic, p, epoch).await?;
-    Ok((records, leader, hw, view.replicas))
+    Ok(FinalRead {
+        records,
+        leader,
+        high_watermark: hw,
+        log_end_offset: view.log_end_offset,
+        replicas: view.replicas,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use syncline_chaos::checker::Kind;
+
+    #[test]
+    fn a_final_read_waits_for_the_leaders_whole_log_to_be_committed() {
+        let read = |high_watermark, log_end_offset| FinalRead {
+            records: Vec::new(),
+            leader: 1,
+            high_watermark,
+            log_end_offset,
+            replicas: vec![1, 2, 3],
+        };
+        // Seed 300494: the log was read at 320 of 325 while a stopped broker
+        // held the high watermark back; the group read 320..324 later.
+        assert_eq!(
+            read(320, 325).uncommitted().as_deref(),
+            Some("the leader's high watermark 320 stayed below its log end 325")
+        );
+        assert_eq!(read(325, 325).uncommitted(), None);
+        assert_eq!(read(0, 0).uncommitted(), None);
+    }
 
     #[test]
     fn a_verdict_shows_the_first_finding_of_every_kind_in_order() {
