@@ -1244,11 +1244,29 @@ mod tests {
         isr: &[i32],
         adding: &[i32],
     ) -> Arc<Partition> {
-        let answer = rm.apply_leader_and_isr(&pb::LeaderAndIsrRequest {
+        let answer = rm.apply_leader_and_isr(&t0_state(
+            1,
+            pb::PartitionState {
+                leader: 1,
+                leader_epoch: 1,
+                isr: isr.to_vec(),
+                partition_epoch: 1,
+                replicas: replicas.to_vec(),
+                adding_replicas: adding.to_vec(),
+                ..Default::default()
+            },
+        ));
+        assert_eq!(answer.error_code, 0);
+        rm.partition("t", 0).expect("created")
+    }
+
+    /// A LeaderAndIsr (metadata offset `metadata_offset`) giving `t-0` `state`.
+    fn t0_state(metadata_offset: i64, state: pb::PartitionState) -> pb::LeaderAndIsrRequest {
+        pb::LeaderAndIsrRequest {
             controller_id: 1,
             controller_epoch: 1,
             broker_epoch: 7,
-            metadata_offset: 1,
+            metadata_offset,
             full: false,
             topics: vec![pb::TopicState {
                 name: "t".into(),
@@ -1257,20 +1275,12 @@ mod tests {
             partition_states: vec![pb::PartitionState {
                 topic: "t".into(),
                 partition: 0,
-                leader: 1,
-                leader_epoch: 1,
-                isr: isr.to_vec(),
-                partition_epoch: 1,
-                replicas: replicas.to_vec(),
-                adding_replicas: adding.to_vec(),
-                ..Default::default()
+                ..state
             }],
             brokers: vec![],
             deleted_topics: vec![],
             security: None,
-        });
-        assert_eq!(answer.error_code, 0);
-        rm.partition("t", 0).expect("created")
+        }
     }
 
     #[tokio::test(start_paused = true)]
@@ -1344,30 +1354,17 @@ mod tests {
         assert_eq!(rm.shrink_checks_queued(), 1);
         // A partition this broker no longer hosts leaves the queue at its next
         // due time.
-        let answer = rm.apply_leader_and_isr(&pb::LeaderAndIsrRequest {
-            controller_id: 1,
-            controller_epoch: 1,
-            broker_epoch: 7,
-            metadata_offset: 2,
-            full: false,
-            topics: vec![pb::TopicState {
-                name: "t".into(),
-                ..Default::default()
-            }],
-            partition_states: vec![pb::PartitionState {
-                topic: "t".into(),
-                partition: 0,
+        let answer = rm.apply_leader_and_isr(&t0_state(
+            2,
+            pb::PartitionState {
                 leader: 2,
                 leader_epoch: 2,
                 isr: vec![2, 3],
                 partition_epoch: 2,
                 replicas: vec![2, 3],
                 ..Default::default()
-            }],
-            brokers: vec![],
-            deleted_topics: vec![],
-            security: None,
-        });
+            },
+        ));
         assert_eq!(answer.error_code, 0);
         assert!(rm.partition("t", 0).is_none());
         tokio::time::advance(Duration::from_millis(500)).await;

@@ -229,15 +229,7 @@ async fn write_zero_copy(
 /// Writes `bufs` whole, with vectored writes.
 async fn write_all_vectored<W: AsyncWrite + Unpin>(w: &mut W, bufs: &[Bytes]) -> io::Result<()> {
     let mut slices: Vec<IoSlice<'_>> = bufs.iter().map(|b| IoSlice::new(b)).collect();
-    let mut rest: &mut [IoSlice<'_>] = &mut slices;
-    while !rest.is_empty() {
-        let n = w.write_vectored(rest).await?;
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
-        IoSlice::advance_slices(&mut rest, n);
-    }
-    Ok(())
+    frame::write_all_slices(w, &mut slices).await
 }
 
 /// Most bytes one `sendfile` call is asked for.

@@ -357,11 +357,6 @@ pub(crate) struct Accumulator {
     /// Rotates the first partition a drain looks at, so that a request full at
     /// `max_request_size` does not always leave out the same partitions.
     drain_rotation: usize,
-    /// Bytes of the last batch encoded for sending: a new batch reserves that
-    /// much room up front (at least its first record, at most `batch_size`), so
-    /// that under load a batch is not copied on every doubling of its buffer,
-    /// and a light load's small batches stay small.
-    recent_batch_bytes: usize,
     /// The idempotent producer's id and epoch, once InitProducerId answered.
     producer: Option<(i64, i16)>,
     /// Counts the idempotent producer's (id, epoch) pairs: a batch numbered in an
@@ -385,7 +380,6 @@ impl Accumulator {
             flush_before: 0,
             closing: false,
             drain_rotation: 0,
-            recent_batch_bytes: 0,
             producer: None,
             generation: 0,
             sequences: HashMap::new(),
@@ -527,9 +521,6 @@ impl Accumulator {
     /// new generation since and a leader refused the batch's numbering, which
     /// numbers it anew (see [`Accumulator::reset_producer`]).
     fn encode_for_send(&mut self, batch: &mut ProducerBatch) {
-        if !batch.is_encoded() {
-            self.recent_batch_bytes = batch.size_bytes();
-        }
         let current = self.generation;
         let refused = std::mem::take(&mut batch.numbering_refused);
         if batch.is_encoded() && batch.stamp.is_none_or(|(g, _)| g == current || !refused) {
@@ -598,10 +589,7 @@ impl Accumulator {
             let id = self.next_batch_id;
             self.next_batch_id += 1;
             self.incomplete.insert(id);
-            let capacity = record
-                .max_size()
-                .max(self.recent_batch_bytes)
-                .min(batch_size);
+            let capacity = record.max_size().min(batch_size);
             queue.push_back(ProducerBatch::new(
                 id,
                 tp.clone(),
@@ -930,42 +918,6 @@ mod tests {
         let mut drained = acc.drain(1, leaders, 1 << 20, now);
         assert!(drained.len() <= 1, "one partition in these tests");
         drained.pop()
-    }
-
-    fn open_capacity(acc: &Accumulator, tp: &TopicPartition) -> usize {
-        let batch = acc.queues[tp].back().expect("an open batch");
-        batch.builder.as_ref().expect("open").capacity()
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_new_batch_reserves_the_room_the_last_sent_batch_took() {
-        let mut acc = Accumulator::new(config());
-        let t0 = Instant::now();
-        let a = TopicPartition::new("t", 0);
-        // Nothing sent yet: room for the first record only.
-        push(&mut acc, &a, &value(10), t0);
-        let first_room = open_capacity(&acc, &a);
-        assert!(first_room < 100, "{first_room}");
-        for _ in 0..5 {
-            push(&mut acc, &a, &value(10), t0);
-        }
-        let sent = drain_one(&mut acc, t0 + 10 * MS).expect("lingered");
-        let sent_bytes = sent.size_bytes();
-        assert!(sent_bytes > first_room);
-        // The next batch starts with as much room as the last one took.
-        push(&mut acc, &a, &value(10), t0 + 10 * MS);
-        assert!(open_capacity(&acc, &a) >= sent_bytes);
-        // Never more than batch.size (200 here), and never less than its record.
-        let mut big = Accumulator::new(config());
-        push(&mut big, &a, &value(190), t0);
-        let sent = drain_one(&mut big, t0 + 10 * MS).expect("sent");
-        assert!(sent.size_bytes() > 200, "{}", sent.size_bytes());
-        push(&mut big, &a, &value(10), t0 + 10 * MS);
-        let room = open_capacity(&big, &a);
-        assert!(
-            (200..=200 + batch::HEADER_LEN + 64).contains(&room),
-            "{room}"
-        );
     }
 
     #[tokio::test(start_paused = true)]

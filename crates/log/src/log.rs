@@ -659,77 +659,24 @@ impl Log {
         upper_bound: i64,
         min_one_batch: bool,
     ) -> Result<ReadInfo, LogError> {
-        self.check_failed()?;
-        let (log_start_offset, log_end_offset) = (self.log_start_offset(), self.log_end_offset());
-        if offset < log_start_offset || offset > log_end_offset {
-            return Err(LogError::OffsetOutOfRange {
-                offset,
-                log_start_offset,
-                log_end_offset,
-            });
-        }
-        let upper_bound = upper_bound.min(log_end_offset);
         let mut records = BytesMut::new();
-        // Base offset of the next batch to return, once the first one is found.
-        let mut expected: Option<i64> = None;
-        let first_segment = if offset < upper_bound {
-            self.segment_index(offset)
-        } else {
-            self.segments.len()
-        };
-        for segment in &self.segments[first_segment..] {
-            let (position, first_len) = match expected {
-                None => match segment.locate(offset)? {
-                    Some((position, header)) => {
-                        expected = Some(header.base_offset);
-                        (position, header.total_len() as u64)
-                    }
-                    None => continue,
-                },
-                Some(next) if next == segment.base_offset() => (0, 0),
-                Some(next) => {
-                    return Err(LogError::Corrupt {
-                        path: segment.path().to_path_buf(),
-                        position: 0,
-                        reason: format!(
-                            "segment starts at offset {} where {next} was expected",
-                            segment.base_offset()
-                        ),
-                    })
-                }
-            };
-            let available = segment.size_bytes() - position;
-            let mut want = (max_bytes.saturating_sub(records.len()) as u64).min(available);
-            if records.is_empty() && min_one_batch {
-                want = want.max(first_len).min(available);
-            }
-            if want < HEADER_LEN as u64 {
-                break;
-            }
-            // Less than the rest of the segment was read: the last batch may be cut.
-            let cut = want < available;
-            let start = records.len();
-            records.resize(start + want as usize, 0);
-            segment.read_exact_at(&mut records[start..], position)?;
-            let walk = whole_batches(
-                segment,
-                position,
-                &records[start..],
-                expected.unwrap_or(offset),
-                upper_bound,
-                cut,
-            )?;
-            records.truncate(start + walk.used_bytes);
-            expected = Some(walk.next_offset);
-            if walk.stopped || cut {
-                break;
-            }
-        }
-        let next_offset = if records.is_empty() {
-            offset
-        } else {
-            expected.unwrap_or(offset)
-        };
+        let next_offset =
+            self.walk_batches(offset, max_bytes, upper_bound, min_one_batch, |span| {
+                let start = records.len();
+                records.resize(start + span.len as usize, 0);
+                span.segment
+                    .read_exact_at(&mut records[start..], span.position)?;
+                let walk = whole_batches(
+                    span.segment,
+                    span.position,
+                    &records[start..],
+                    span.first_offset,
+                    span.upper_bound,
+                    span.cut,
+                )?;
+                records.truncate(start + walk.used_bytes);
+                Ok(walk)
+            })?;
         Ok(ReadInfo {
             records: records.freeze(),
             next_offset,
@@ -748,6 +695,47 @@ impl Log {
         upper_bound: i64,
         min_one_batch: bool,
     ) -> Result<RegionRead, LogError> {
+        let mut regions = Vec::new();
+        let next_offset =
+            self.walk_batches(offset, max_bytes, upper_bound, min_one_batch, |span| {
+                let walk = whole_batch_headers(
+                    span.segment,
+                    span.position,
+                    span.len,
+                    span.first_offset,
+                    span.upper_bound,
+                    span.cut,
+                )?;
+                if walk.used_bytes > 0 {
+                    regions.push(FileRegion::new(
+                        span.segment.shared_file().clone(),
+                        span.position,
+                        walk.used_bytes as u64,
+                        &self.truncations,
+                    ));
+                }
+                Ok(walk)
+            })?;
+        Ok(RegionRead {
+            regions,
+            next_offset,
+        })
+    }
+
+    /// The batch walk [`Log::read`] and [`Log::read_regions`] share: from the
+    /// batch holding `offset`, segment by segment, the span of each segment that
+    /// may hold what is asked for (within `max_bytes` in all, but the whole first
+    /// batch with `min_one_batch`). `take` reads or maps the span and says which
+    /// whole batches below `upper_bound` it holds. Returns the offset after the
+    /// last batch taken (`offset` when none).
+    fn walk_batches(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        upper_bound: i64,
+        min_one_batch: bool,
+        mut take: impl FnMut(Span<'_>) -> Result<Walk, LogError>,
+    ) -> Result<i64, LogError> {
         self.check_failed()?;
         let (log_start_offset, log_end_offset) = (self.log_start_offset(), self.log_end_offset());
         if offset < log_start_offset || offset > log_end_offset {
@@ -758,8 +746,8 @@ impl Log {
             });
         }
         let upper_bound = upper_bound.min(log_end_offset);
-        let mut regions = Vec::new();
         let mut used = 0u64;
+        // Base offset of the next batch to take, once the first one is found.
         let mut expected: Option<i64> = None;
         let first_segment = if offset < upper_bound {
             self.segment_index(offset)
@@ -795,37 +783,26 @@ impl Log {
             if want < HEADER_LEN as u64 {
                 break;
             }
+            // Less than the rest of the segment is taken: the last batch may be cut.
             let cut = want < available;
-            let walk = whole_batch_headers(
+            let walk = take(Span {
                 segment,
                 position,
-                want,
-                expected.unwrap_or(offset),
+                len: want,
+                first_offset: expected.unwrap_or(offset),
                 upper_bound,
                 cut,
-            )?;
-            if walk.used_bytes > 0 {
-                regions.push(FileRegion::new(
-                    segment.shared_file().clone(),
-                    position,
-                    walk.used_bytes as u64,
-                    &self.truncations,
-                ));
-            }
+            })?;
             used += walk.used_bytes as u64;
             expected = Some(walk.next_offset);
             if walk.stopped || cut {
                 break;
             }
         }
-        let next_offset = if regions.is_empty() {
+        Ok(if used == 0 {
             offset
         } else {
             expected.unwrap_or(offset)
-        };
-        Ok(RegionRead {
-            regions,
-            next_offset,
         })
     }
 
@@ -1174,6 +1151,18 @@ impl Log {
 }
 
 /// The whole batches at the start of a chunk read for `Log::read`.
+/// A span of one segment that [`Log::walk_batches`] hands to its reader.
+struct Span<'a> {
+    segment: &'a Segment,
+    position: u64,
+    len: u64,
+    /// The base offset of the first batch the span must start with.
+    first_offset: i64,
+    upper_bound: i64,
+    /// The span ends before the segment does: its last batch may be cut.
+    cut: bool,
+}
+
 struct Walk {
     used_bytes: usize,
     /// The offset after the last whole batch.

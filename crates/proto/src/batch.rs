@@ -725,12 +725,6 @@ impl BatchBuilder {
         self.count as usize
     }
 
-    /// Bytes the builder holds room for before its buffer must grow (the header's
-    /// included).
-    pub fn capacity(&self) -> usize {
-        self.buf.capacity()
-    }
-
     /// True when no record was added.
     pub fn is_empty(&self) -> bool {
         self.count == 0

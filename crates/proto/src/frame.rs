@@ -57,7 +57,15 @@ pub async fn write_frames<W: AsyncWrite + Unpin>(w: &mut W, frames: &[Bytes]) ->
         .zip(frames)
         .flat_map(|(p, f)| [IoSlice::new(p), IoSlice::new(f)])
         .collect();
-    let mut rest: &mut [IoSlice<'_>] = &mut slices;
+    write_all_slices(w, &mut slices).await
+}
+
+/// Writes every slice whole, with vectored writes (`slices` is consumed).
+pub async fn write_all_slices<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    slices: &mut [IoSlice<'_>],
+) -> io::Result<()> {
+    let mut rest: &mut [IoSlice<'_>] = slices;
     while !rest.is_empty() {
         let n = w.write_vectored(rest).await?;
         if n == 0 {
