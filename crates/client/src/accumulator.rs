@@ -112,17 +112,6 @@ impl RecordFields<'_> {
     }
 }
 
-/// A leader refused an idempotent producer's batch for its numbering (its
-/// sequence or producer epoch): it wrote nothing of that attempt.
-pub(crate) fn is_sequence_error(code: ErrorCode) -> bool {
-    matches!(
-        code,
-        ErrorCode::OutOfOrderSequenceNumber
-            | ErrorCode::UnknownProducerId
-            | ErrorCode::InvalidProducerEpoch
-    )
-}
-
 /// Records of one partition sent (and retried) as one unit.
 #[derive(Debug)]
 pub(crate) struct ProducerBatch {
@@ -152,11 +141,6 @@ pub(crate) struct ProducerBatch {
     /// epoch error): nothing of that attempt was written, so the batch may be
     /// numbered anew. Cleared at every send.
     numbering_refused: bool,
-    /// An attempt under the current numbering ended without the leader saying
-    /// it wrote nothing (no answer, or an error that may follow the append):
-    /// some leader may hold the batch under this numbering. Cleared when the
-    /// batch is numbered anew.
-    pub(crate) maybe_written: bool,
 }
 
 impl ProducerBatch {
@@ -173,7 +157,6 @@ impl ProducerBatch {
             appends_closed: false,
             stamp: None,
             numbering_refused: false,
-            maybe_written: false,
             id,
             tp,
             builder: Some(BatchBuilder::with_capacity(base_timestamp, capacity)),
@@ -446,12 +429,6 @@ impl Accumulator {
     /// - `OUT_OF_ORDER_SEQUENCE_NUMBER` behind an earlier batch of its partition
     ///   still in flight or waiting for its retry: that one failed first, this
     ///   one follows it;
-    /// - `OUT_OF_ORDER_SEQUENCE_NUMBER` for a batch an earlier attempt may have
-    ///   written ([`ProducerBatch::maybe_written`]): the leader that refused it
-    ///   may be a deposed one that has not heard of its successor, which may
-    ///   hold the batch; numbered anew it would be written twice there (seed
-    ///   307851). It is retried as it is, with the metadata refreshed, until
-    ///   a leader answers it (as a duplicate or appended) or it expires;
     /// - otherwise (out of order with nothing before it, `UNKNOWN_PRODUCER_ID`
     ///   after the leader forgot the producer, an epoch the leader fenced): a new
     ///   generation, and the retry starts its sequence again.
@@ -461,14 +438,13 @@ impl Accumulator {
         code: ErrorCode,
     ) -> Option<bool> {
         let (generation, _) = batch.stamp.filter(|_| self.config.idempotent)?;
-        if !is_sequence_error(code) {
+        if !matches!(
+            code,
+            ErrorCode::OutOfOrderSequenceNumber
+                | ErrorCode::UnknownProducerId
+                | ErrorCode::InvalidProducerEpoch
+        ) {
             return None;
-        }
-        if code == ErrorCode::OutOfOrderSequenceNumber
-            && batch.maybe_written
-            && generation == self.generation
-        {
-            return Some(true);
         }
         batch.numbering_refused = true;
         if generation != self.generation {
@@ -534,7 +510,6 @@ impl Accumulator {
         let first = *next;
         let count = i32::try_from(batch.records.len()).unwrap_or(i32::MAX);
         *next = next_sequence(last_sequence(first, count));
-        batch.maybe_written = false;
         if batch.is_encoded() {
             batch.restamp(id, epoch, first);
         } else {
@@ -1041,48 +1016,6 @@ mod tests {
         let b = drain_one(&mut acc, later).unwrap();
         acc.producer_failed(&b);
         assert!(acc.needs_producer_id());
-    }
-
-    /// Seed 307851: a batch whose first attempt went unanswered (its leader
-    /// crashed after writing it) was refused as out of order by the deposed
-    /// leader, cut off from the cluster, that the client then asked; numbered
-    /// anew in a new epoch it was written a second time after the first copy.
-    /// It keeps its numbering instead, so that the leader holding it answers
-    /// its retry as a duplicate.
-    #[tokio::test(start_paused = true)]
-    async fn out_of_order_for_a_batch_that_may_be_written_keeps_its_numbering() {
-        let mut acc = idempotent(5);
-        let t0 = Instant::now();
-        let a = TopicPartition::new("t", 0);
-        push(&mut acc, &a, &value(60), t0);
-        acc.set_producer(77, 3);
-        let later = t0 + 10 * MS;
-        let mut b0 = drain_one(&mut acc, later).unwrap();
-        let first = numbering(&mut b0);
-        // No answer: the leader may have written it.
-        b0.maybe_written = true;
-        assert_eq!(
-            acc.sequence_error(&mut b0, ErrorCode::OutOfOrderSequenceNumber),
-            Some(true)
-        );
-        assert_eq!(acc.producer, Some((77, 3)), "no new epoch");
-        acc.reenqueue(b0, Duration::ZERO, later);
-        let mut again = drain_one(&mut acc, later).unwrap();
-        assert_eq!(numbering(&mut again), first, "resent as it was");
-        assert!(again.maybe_written, "still maybe written");
-        // Had nothing of it been sent before, the gap is the leader's: a new
-        // epoch, and the batch numbered anew (nothing under it written yet).
-        again.maybe_written = false;
-        assert_eq!(
-            acc.sequence_error(&mut again, ErrorCode::OutOfOrderSequenceNumber),
-            Some(true)
-        );
-        assert_eq!(acc.producer, Some((77, 4)));
-        acc.reenqueue(again, Duration::ZERO, later);
-        let mut renumbered = drain_one(&mut acc, later).unwrap();
-        let (pid, epoch, seq, _) = numbering(&mut renumbered);
-        assert_eq!((pid, epoch, seq), (77, 4, 0));
-        assert!(!renumbered.maybe_written);
     }
 
     /// A new epoch for one partition's trouble leaves another partition's

@@ -14,7 +14,7 @@ use futures::{FutureExt, StreamExt};
 use syncline_proto::{pb, ErrorCode};
 use tokio::time::Instant;
 
-use crate::accumulator::{is_sequence_error, ProducerBatch};
+use crate::accumulator::ProducerBatch;
 use crate::cluster::{expect_body, Cluster};
 use crate::config::{Acks, ClientConfig, ProducerConfig};
 use crate::error::{ClientError, ProduceError};
@@ -415,9 +415,7 @@ impl Sender {
                     self.refresh_wanted = true;
                 }
                 let error = ProduceError::from(error);
-                for mut batch in done.batches {
-                    // The request may have reached the leader.
-                    batch.maybe_written = true;
+                for batch in done.batches {
                     self.retry_or_fail(batch, error.clone(), retriable, now);
                 }
             }
@@ -453,12 +451,7 @@ impl Sender {
                 continue;
             }
             tracing::debug!(tp = %batch.tp, %code, attempt = batch.attempts, "produce error");
-            // Only a refused numbering says for sure that nothing was written.
-            batch.maybe_written |= !is_sequence_error(code);
-            // Out of order for a batch that may be written: perhaps a deposed
-            // leader's answer (see `Accumulator::sequence_error`).
-            let stale_leader = code == ErrorCode::OutOfOrderSequenceNumber && batch.maybe_written;
-            if needs_metadata_refresh(code) || stale_leader {
+            if needs_metadata_refresh(code) {
                 let hinted = answer.current_leader.as_ref().is_some_and(|l| {
                     self.cluster.with_metadata_mut(|m| {
                         m.apply_leader_hint(&batch.tp, l.leader_id, l.leader_epoch)

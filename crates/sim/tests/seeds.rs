@@ -124,23 +124,6 @@ fn the_final_log_is_read_once_the_leader_has_committed_all_of_it() {
     assert!(saw("broker 2 stopped on its own"), "{:?}", report.trace);
 }
 
-/// Seed 307851: an idempotent producer's batch written by a leader that then
-/// crashed unanswered was refused as out of order by the deposed leader the
-/// producer asked next; numbered anew in a new producer epoch it was written
-/// a second time. A batch an earlier attempt may have written keeps its
-/// numbering, and its retry is answered as a duplicate.
-#[test]
-fn a_deposed_leaders_out_of_order_answer_does_not_write_a_batch_twice() {
-    let report = run(&options(307851, 10)).expect("the simulation runs");
-    assert_valid(&report);
-    let saw = |what: &str| report.trace.iter().any(|l| l.contains(what));
-    assert!(
-        saw("cut partition 0's leader from its followers"),
-        "{:?}",
-        report.trace
-    );
-}
-
 #[test]
 fn without_faults_every_send_is_acknowledged_and_read() {
     let report = run(&Options {
