@@ -40,7 +40,8 @@
 # (k) hands them to librdkafka as they are), BENCH_REPEATS (runs per phase),
 # BENCH_BIN (a directory with prebuilt synclined, syncline and rf3-floor,
 # absolute or relative to the repository: e.g. an older commit's, for a
-# "before"; nothing is built then), BENCH_PROFILE="LABEL..." (profile these
+# "before"; nothing is built then; BENCH_BIN_REV names their commit in the
+# report), BENCH_PROFILE="LABEL..." (profile these
 # runs with perf, e.g. "b-1 f-1": see run_phase), BENCH_SUMMARY=FILE (write the figures as
 # JSON), BENCH_BEFORE=FILE (an earlier run's BENCH_SUMMARY: shown as "before"
 # beside every figure, the CPU target judged against it), BENCH_SUMMARY_ONLY=1

@@ -214,12 +214,15 @@ if env.get("BENCH_DROP_CACHES") != "1":
 try:
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     # The report and plot this run writes are not changes to what was measured.
-    if subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-                       ":!docs/benchmarks.md", ":!docs/img/benchmarks.png"],
+    # Pages (this one among them) are not changes to what was measured.
+    if subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs"],
                       capture_output=True, text=True).stdout.strip():
         rev += " with uncommitted changes"
 except OSError:
     rev = "?"
+if env.get("BENCH_BIN"):
+    # Prebuilt binaries: the checkout says nothing about what they were built from.
+    rev = env.get("BENCH_BIN_REV") or f"binaries in {env['BENCH_BIN_USED']}"
 summary["rev"] = rev
 summary["bin"] = env.get("BENCH_BIN_USED", "")
 if env.get("BENCH_SUMMARY"):
@@ -287,8 +290,8 @@ for r in rows:
                  + f"{r[5]} | {mark(r[6])} |")
 before_line = ""
 if before:
-    before_line = (f"\"Before\" is the same script, run just before on the binaries of commit "
-                   f"`{before['rev']}` (through `BENCH_BIN`), on the same machine.\n")
+    before_line = (f"\"Before\" is the same script, run just before on the same machine with "
+                   f"the binaries of `{before['rev']}` (through `BENCH_BIN`).\n")
 cache_line = ("Every phase, the floor's runs included, starts after `sync` and a dropped page cache "
               "(`echo 1 > /proc/sys/vm/drop_caches`)"
               if env.get("BENCH_DROP_CACHES") == "1"
