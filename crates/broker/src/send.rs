@@ -18,7 +18,7 @@ use std::io::{self, IoSlice};
 use bytes::{Bytes, BytesMut};
 use syncline_log::FileRegion;
 use syncline_proto::frame::{self, Chunk};
-use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::io::AsyncWrite;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 
