@@ -45,18 +45,21 @@ pub(crate) struct State {
     sticky: StickyPartitioner,
     /// Topics this producer has sent to: the ones its metadata refreshes ask for.
     pub(crate) topics: BTreeSet<String>,
-    /// The name of the topic last sent to, shared: a record to the same topic
-    /// names its partition without allocating.
-    last_topic: Option<Arc<str>>,
+    last_topic: LastTopic,
 }
 
-impl State {
+/// The name of the topic last sent to, shared: a record to the same topic names
+/// its partition without allocating.
+#[derive(Debug, Default)]
+struct LastTopic(Option<Arc<str>>);
+
+impl LastTopic {
     /// `topic`'s partition `partition`, its name shared with the last record's
     /// when the topic is the same.
-    fn partition_of(&mut self, topic: &str, partition: i32) -> TopicPartition {
-        let name = match &self.last_topic {
+    fn partition(&mut self, topic: &str, partition: i32) -> TopicPartition {
+        let name = match &self.0 {
             Some(last) if **last == *topic => last.clone(),
-            _ => self.last_topic.insert(Arc::from(topic)).clone(),
+            _ => self.0.insert(Arc::from(topic)).clone(),
         };
         TopicPartition {
             topic: name,
@@ -161,7 +164,7 @@ impl Producer {
                 accumulator,
                 sticky: StickyPartitioner::default(),
                 topics: BTreeSet::new(),
-                last_topic: None,
+                last_topic: LastTopic::default(),
             }),
             buffer: BufferPool::new(
                 config.buffer_memory,
@@ -316,10 +319,10 @@ impl Producer {
                 state.topics.insert(record.topic.clone());
             }
             let tp = match (record.partition, &record.key) {
-                (Some(p), _) => state.partition_of(&record.topic, p),
-                (None, Some(key)) => {
-                    state.partition_of(&record.topic, partition_for_key(key, partitions))
-                }
+                (Some(p), _) => state.last_topic.partition(&record.topic, p),
+                (None, Some(key)) => state
+                    .last_topic
+                    .partition(&record.topic, partition_for_key(key, partitions)),
                 (None, None) => {
                     let p = match state.sticky.current(&record.topic, partitions) {
                         Some(p) => p,
@@ -327,14 +330,14 @@ impl Producer {
                             .sticky
                             .partition(&record.topic, partitions, &available()),
                     };
-                    let tp = state.partition_of(&record.topic, p);
+                    let tp = state.last_topic.partition(&record.topic, p);
                     if state.accumulator.would_start_batch(&tp, &fields) {
                         closed_full_batch = state.accumulator.close_open_batch(&tp);
                         let next =
                             state
                                 .sticky
                                 .on_new_batch(&record.topic, p, partitions, &available());
-                        state.partition_of(&record.topic, next)
+                        state.last_topic.partition(&record.topic, next)
                     } else {
                         tp
                     }
@@ -391,30 +394,17 @@ mod tests {
 
     #[test]
     fn records_to_one_topic_share_its_name() {
-        let mut state = State {
-            accumulator: Accumulator::new(AccumulatorConfig {
-                batch_size: 100,
-                linger: Duration::ZERO,
-                delivery_timeout: Duration::from_secs(1),
-                guarantee_order: false,
-                compression: syncline_proto::compression::Compression::None,
-                idempotent: false,
-                max_in_flight: 5,
-            }),
-            sticky: StickyPartitioner::default(),
-            topics: BTreeSet::new(),
-            last_topic: None,
-        };
-        let a0 = state.partition_of("a", 0);
-        let a2 = state.partition_of("a", 2);
+        let mut last = LastTopic::default();
+        let a0 = last.partition("a", 0);
+        let a2 = last.partition("a", 2);
         assert_eq!(a2, TopicPartition::new("a", 2));
         assert!(
             Arc::ptr_eq(&a0.topic, &a2.topic),
             "one allocation for the name"
         );
-        let b1 = state.partition_of("b", 1);
+        let b1 = last.partition("b", 1);
         assert_eq!(b1, TopicPartition::new("b", 1));
-        let a1 = state.partition_of("a", 1);
+        let a1 = last.partition("a", 1);
         assert_eq!(a1, TopicPartition::new("a", 1));
         assert!(
             !Arc::ptr_eq(&a0.topic, &a1.topic),
