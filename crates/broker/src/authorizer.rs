@@ -324,6 +324,7 @@ fn decide(check: &Check<'_>, body: pb::request::Body) -> Verdict {
                                 name,
                                 error_code: ErrorCode::TopicAuthorizationFailed as i32,
                                 partitions: Vec::new(),
+                                topic_id: 0,
                             }));
                     }
                 }),

@@ -465,6 +465,10 @@ impl MetadataCache {
     /// valid names: what auto-creation would create.
     pub(crate) fn unknown_topics(&self, topics: &[String]) -> Vec<String> {
         let image = self.image.read();
+        // Nothing announced yet: nothing is known to be missing either.
+        if image.metadata_offset < 0 {
+            return Vec::new();
+        }
         let mut unknown: Vec<String> = topics
             .iter()
             .filter(|t| image.topics.get(*t).is_none_or(|t| t.partitions.is_empty()))
@@ -532,9 +536,17 @@ impl MetadataCache {
 
     /// The Metadata response for a client on `listener`: unfenced brokers (their
     /// endpoints on that listener) and the requested topics (all when `topics` is
-    /// empty).
+    /// empty). A broker that has had no announcement from the controller yet
+    /// (just started) knows no topic: it answers LEADER_NOT_AVAILABLE, which a
+    /// client retries, rather than UNKNOWN_TOPIC_OR_PARTITION, which would
+    /// tell it a topic it uses is gone.
     pub(crate) fn metadata(&self, topics: &[String], listener: &str) -> pb::MetadataResponse {
         let image = self.image.read();
+        let unknown = if image.metadata_offset < 0 {
+            ErrorCode::LeaderNotAvailable
+        } else {
+            ErrorCode::UnknownTopicOrPartition
+        };
         let brokers = image
             .brokers
             .values()
@@ -552,12 +564,14 @@ impl MetadataCache {
                 |name| match image.topics.get(&name).filter(|t| !t.partitions.is_empty()) {
                     None => pb::TopicMetadata {
                         name,
-                        error_code: ErrorCode::UnknownTopicOrPartition as i32,
+                        error_code: unknown as i32,
                         partitions: vec![],
+                        topic_id: 0,
                     },
                     Some(t) => pb::TopicMetadata {
                         name,
                         error_code: ErrorCode::None as i32,
+                        topic_id: t.topic_id,
                         partitions: t
                             .partitions
                             .values()
@@ -778,6 +792,9 @@ mod tests {
         let applied = c.apply(&req(vec![with_id(ps(0, 2, 0, 0), 9)], false));
         assert_eq!(applied.partitions.len(), 1);
         assert_eq!(c.partition_state("t", 0).unwrap().leader, 2);
+        // Clients learn the new id with the topic: their leader epochs of the
+        // old one do not apply.
+        assert_eq!(c.metadata(&[], "PLAINTEXT").topics[0].topic_id, 9);
         // A broker that missed the deletion: another topic id is a new topic too.
         let applied = c.apply(&req(vec![with_id(ps(0, 3, 0, 0), 12)], false));
         assert_eq!(applied.partitions.len(), 1);
@@ -983,6 +1000,27 @@ mod tests {
             .map(|l| (l.broker_id, l.partitions, l.leaders, l.preferred_leaders))
             .collect();
         assert_eq!(loads, vec![(1, 4, 1, 4), (2, 4, 2, 0), (3, 4, 0, 0)]);
+    }
+
+    #[test]
+    fn a_broker_with_no_announcement_yet_does_not_call_topics_unknown() {
+        let c = MetadataCache::new("c");
+        let before = c.metadata(&["t".into()], "PLAINTEXT");
+        assert_eq!(
+            before.topics[0].error_code,
+            ErrorCode::LeaderNotAvailable as i32
+        );
+        assert!(
+            c.unknown_topics(&["t".into()]).is_empty(),
+            "not auto-created"
+        );
+        c.apply(&req(vec![ps(0, 1, 0, 0)], true));
+        let after = c.metadata(&["t".into(), "nope".into()], "PLAINTEXT");
+        assert_eq!(after.topics[0].error_code, ErrorCode::None as i32);
+        assert_eq!(
+            after.topics[1].error_code,
+            ErrorCode::UnknownTopicOrPartition as i32
+        );
     }
 
     #[test]

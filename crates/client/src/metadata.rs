@@ -80,6 +80,51 @@ pub(crate) struct TopicInfo {
     pub(crate) partitions: Vec<PartitionInfo>,
 }
 
+/// One topic's newest leader epochs seen, by partition, under its topic id.
+#[derive(Debug, Default)]
+struct SeenEpochs {
+    /// 0 until an answer names it.
+    topic_id: i64,
+    /// Indexed by partition; -1 where none was seen.
+    epochs: Vec<i32>,
+}
+
+impl SeenEpochs {
+    /// Takes the id of an answer's topic; false (and everything seen
+    /// forgotten) when it names another incarnation of the topic, deleted and
+    /// created again, whose leader epochs started over. An id of 0 (the
+    /// answering broker does not know it) is taken for the same topic.
+    fn adopt(&mut self, topic_id: i64) -> bool {
+        if topic_id == 0 || self.topic_id == topic_id {
+            return true;
+        }
+        let same = self.topic_id == 0;
+        if !same {
+            self.epochs.clear();
+        }
+        self.topic_id = topic_id;
+        same
+    }
+
+    fn epoch(&self, partition: i32) -> i32 {
+        usize::try_from(partition)
+            .ok()
+            .and_then(|i| self.epochs.get(i))
+            .copied()
+            .unwrap_or(-1)
+    }
+
+    fn record(&mut self, partition: i32, epoch: i32) {
+        let Ok(i) = usize::try_from(partition) else {
+            return;
+        };
+        if self.epochs.len() <= i {
+            self.epochs.resize(i + 1, -1);
+        }
+        self.epochs[i] = self.epochs[i].max(epoch);
+    }
+}
+
 /// The cached cluster metadata.
 #[derive(Debug, Default)]
 pub(crate) struct Metadata {
@@ -87,6 +132,11 @@ pub(crate) struct Metadata {
     pub(crate) controller_id: Option<i32>,
     pub(crate) brokers: BTreeMap<i32, BrokerEndpoint>,
     topics: HashMap<String, TopicInfo>,
+    /// The newest leader epoch seen per partition, kept when a topic drops out
+    /// of `topics` (an answer of UNKNOWN_TOPIC_OR_PARTITION, perhaps from a
+    /// broker still loading its metadata): no later answer may take the
+    /// client back to an older leader (KIP-320's last seen epochs).
+    seen: BTreeMap<String, SeenEpochs>,
     /// When the last Metadata response was applied.
     updated_at: Option<Instant>,
     /// Set by routing errors: the next chance to refresh should take it.
@@ -97,8 +147,13 @@ impl Metadata {
     /// Applies a Metadata response received at `now`.
     ///
     /// A partition whose cached leader epoch is newer than the response's keeps the
-    /// cached entry: the answering broker has not caught up with the controller yet,
-    /// and going back to an older leader would only earn a fencing error.
+    /// cached entry: the answering broker has not caught up with the controller yet.
+    /// One the client has forgotten since (its topic answered unknown in between)
+    /// but whose newer epoch it has seen gets no leader until an answer as new:
+    /// going back to an older leader is not only a fencing error waiting to
+    /// happen; a deposed leader cut off from the controller still takes writes,
+    /// and its refusal of an idempotent producer's batch that its successor wrote
+    /// would read as a sequence gap.
     pub(crate) fn update(&mut self, response: &pb::MetadataResponse, now: Instant) {
         self.cluster_id.clone_from(&response.cluster_id);
         self.controller_id = (response.controller_id >= 0).then_some(response.controller_id);
@@ -124,15 +179,26 @@ impl Metadata {
                 topic.partitions.iter().map(PartitionInfo::from).collect();
             partitions.sort_by_key(|p| p.partition);
             partitions.dedup_by_key(|p| p.partition);
-            if let Some(old) = self.topics.get(&topic.name) {
-                for p in &mut partitions {
-                    if let Some(cached) = old.partitions.iter().find(|c| c.partition == p.partition)
+            let seen = self.seen.entry(topic.name.clone()).or_default();
+            let same_topic = seen.adopt(topic.topic_id);
+            let old = self.topics.get(&topic.name).filter(|_| same_topic);
+            for p in &mut partitions {
+                let newest = seen.epoch(p.partition);
+                if p.leader_epoch < newest {
+                    match old
+                        .and_then(|o| o.partitions.iter().find(|c| c.partition == p.partition))
+                        .filter(|c| c.leader_epoch > p.leader_epoch)
                     {
-                        if cached.leader_epoch > p.leader_epoch {
-                            *p = cached.clone();
+                        Some(cached) => *p = cached.clone(),
+                        // Forgotten since: no leader until an answer as new
+                        // as what was seen.
+                        None => {
+                            p.leader = None;
+                            p.leader_epoch = newest;
                         }
                     }
                 }
+                seen.record(p.partition, p.leader_epoch);
             }
             self.topics.insert(
                 topic.name.clone(),
@@ -199,6 +265,9 @@ impl Metadata {
         if epoch > p.leader_epoch {
             p.leader = Some(leader);
             p.leader_epoch = epoch;
+            if let Some(seen) = self.seen.get_mut(&*tp.topic) {
+                seen.record(tp.partition, epoch);
+            }
             true
         } else {
             false
@@ -266,6 +335,7 @@ pub(crate) mod tests {
             name: name.into(),
             error_code: 0,
             partitions,
+            topic_id: 0,
         }
     }
 
@@ -305,6 +375,88 @@ pub(crate) mod tests {
             now,
         );
         assert_eq!(md.leader(&tp0), None);
+    }
+
+    /// Seed 307851 of the simulation: the leader at epoch 1 crashed, a broker
+    /// still loading its metadata answered the topic unknown, and a deposed
+    /// leader cut off from the controller answered epoch 0. The client must not
+    /// route to it: the partition has no leader until an answer of epoch >= 1.
+    #[test]
+    fn a_forgotten_topic_does_not_take_the_client_back_to_an_older_leader() {
+        let now = Instant::now();
+        let tp0 = TopicPartition::new("t", 0);
+        let with_id = |partitions, id| pb::TopicMetadata {
+            topic_id: id,
+            ..topic("t", partitions)
+        };
+        let mut md = Metadata::default();
+        md.update(
+            &response(vec![with_id(vec![partition(0, 1, 0, &[1, 2])], 7)]),
+            now,
+        );
+        md.update(
+            &response(vec![with_id(vec![partition(0, 2, 1, &[1, 2])], 7)]),
+            now,
+        );
+        assert_eq!(md.leader(&tp0), Some((2, 1)));
+        let mut gone = topic("t", vec![]);
+        gone.error_code = ErrorCode::UnknownTopicOrPartition as i32;
+        md.update(&response(vec![gone]), now);
+        assert!(md.topic("t").is_none());
+
+        // The deposed leader's answer, with and without the topic's id.
+        for id in [7, 0] {
+            md.update(
+                &response(vec![with_id(vec![partition(0, 1, 0, &[1, 2])], id)]),
+                now,
+            );
+            assert_eq!(md.leader(&tp0), None, "topic id {id}");
+            assert_eq!(md.partition(&tp0).map(|p| p.leader_epoch), Some(1));
+        }
+        // Its successor's hint and answers move it on.
+        assert!(md.apply_leader_hint(&tp0, 3, 2));
+        assert_eq!(md.leader(&tp0), Some((3, 2)));
+        md.update(
+            &response(vec![with_id(vec![partition(0, 2, 1, &[1, 2])], 7)]),
+            now,
+        );
+        assert_eq!(md.leader(&tp0), Some((3, 2)));
+        md.update(
+            &response(vec![with_id(vec![partition(0, 1, 3, &[1, 2])], 7)]),
+            now,
+        );
+        assert_eq!(md.leader(&tp0), Some((1, 3)));
+    }
+
+    /// A topic deleted and created again under its name has a new id and
+    /// starts its leader epochs over: the old incarnation's epochs do not hold
+    /// its partitions back.
+    #[test]
+    fn a_topic_created_again_starts_its_epochs_over() {
+        let now = Instant::now();
+        let tp0 = TopicPartition::new("t", 0);
+        let with_id = |partitions, id| pb::TopicMetadata {
+            topic_id: id,
+            ..topic("t", partitions)
+        };
+        let mut md = Metadata::default();
+        md.update(
+            &response(vec![with_id(vec![partition(0, 1, 5, &[1])], 7)]),
+            now,
+        );
+        md.update(
+            &response(vec![with_id(vec![partition(0, 2, 0, &[2])], 40)]),
+            now,
+        );
+        assert_eq!(md.leader(&tp0), Some((2, 0)));
+        let mut gone = topic("t", vec![]);
+        gone.error_code = ErrorCode::UnknownTopicOrPartition as i32;
+        md.update(&response(vec![gone]), now);
+        md.update(
+            &response(vec![with_id(vec![partition(0, 3, 0, &[3])], 90)]),
+            now,
+        );
+        assert_eq!(md.leader(&tp0), Some((3, 0)));
     }
 
     #[test]

@@ -875,6 +875,7 @@ pub(crate) mod tests {
                         isr: vec![2, 1],
                         ..Default::default()
                     }],
+                    topic_id: 0,
                 }],
             })
         };

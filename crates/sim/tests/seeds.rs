@@ -124,6 +124,25 @@ fn the_final_log_is_read_once_the_leader_has_committed_all_of_it() {
     assert!(saw("broker 2 stopped on its own"), "{:?}", report.trace);
 }
 
+/// Seed 307851: partition 0's leader at epoch 1 wrote an idempotent batch and
+/// crashed before answering; a broker still loading its metadata then answered
+/// the topic unknown, and the deposed leader of epoch 0, cut off from the
+/// controller, answered as leader. The producer, its leader epochs forgotten
+/// with the topic, sent the batch there; the refusal (out of order) read as a
+/// gap, and the batch was written twice under a new producer epoch. The
+/// client now keeps the newest leader epoch seen through such answers.
+#[test]
+fn a_deposed_leader_is_not_asked_again_after_the_topic_read_unknown() {
+    let report = run(&options(307851, 10)).expect("the simulation runs");
+    assert_valid(&report);
+    let saw = |what: &str| report.trace.iter().any(|l| l.contains(what));
+    assert!(
+        saw("crash the active controller: crash broker 2"),
+        "{:?}",
+        report.trace
+    );
+}
+
 #[test]
 fn without_faults_every_send_is_acknowledged_and_read() {
     let report = run(&Options {
