@@ -12,8 +12,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
-use bytes::Bytes;
-use syncline_proto::batch::{last_sequence, next_sequence, restamp_producer, BatchBuilder};
+use bytes::{Bytes, BytesMut};
+use syncline_proto::batch::{
+    last_sequence, next_sequence, restamp_producer, BatchBuilder, HEADER_LEN,
+};
 use syncline_proto::compression::Compression;
 use syncline_proto::pb;
 use tokio::sync::oneshot;
@@ -147,8 +149,7 @@ impl ProducerBatch {
     fn new(
         id: u64,
         tp: TopicPartition,
-        base_timestamp: i64,
-        capacity: usize,
+        builder: BatchBuilder,
         compression: Compression,
         now: Instant,
     ) -> Self {
@@ -159,7 +160,7 @@ impl ProducerBatch {
             numbering_refused: false,
             id,
             tp,
-            builder: Some(BatchBuilder::with_capacity(base_timestamp, capacity)),
+            builder: Some(builder),
             encoded: None,
             records: Vec::new(),
             _reservation: Reservation::empty(),
@@ -350,7 +351,14 @@ pub(crate) struct Accumulator {
     /// The idempotent producer's batches in flight per partition: batch id ->
     /// the generation it was numbered in.
     in_flight: HashMap<TopicPartition, BTreeMap<u64, u32>>,
+    /// Buffers of completed batches, for new ones ([`Accumulator::recycle`]).
+    spare_buffers: Vec<BytesMut>,
 }
+
+/// Completed batches' buffers kept for reuse at most: in a steady stream about
+/// as many as batches in flight; each is at most `2 * batch_size`, kept
+/// outside `buffer_memory`.
+const SPARE_BUFFERS_MAX: usize = 8;
 
 impl Accumulator {
     pub(crate) fn new(config: AccumulatorConfig) -> Self {
@@ -367,6 +375,7 @@ impl Accumulator {
             generation: 0,
             sequences: HashMap::new(),
             in_flight: HashMap::new(),
+            spare_buffers: Vec::new(),
         }
     }
 
@@ -564,12 +573,16 @@ impl Accumulator {
             let id = self.next_batch_id;
             self.next_batch_id += 1;
             self.incomplete.insert(id);
-            let capacity = record.max_size().min(batch_size);
+            let builder = match self.spare_buffers.pop() {
+                Some(buf) => BatchBuilder::with_buffer(record.timestamp, buf),
+                None => {
+                    BatchBuilder::with_capacity(record.timestamp, record.max_size().min(batch_size))
+                }
+            };
             queue.push_back(ProducerBatch::new(
                 id,
                 tp.clone(),
-                record.timestamp,
-                capacity,
+                builder,
                 self.config.compression,
                 now,
             ));
@@ -736,6 +749,25 @@ impl Accumulator {
     pub(crate) fn completed(&mut self, batch: &ProducerBatch) {
         self.landed(batch);
         self.incomplete.remove(&batch.id);
+    }
+
+    /// Keeps a completed batch's buffer for a later batch, if nothing else
+    /// holds its bytes any more (the request that carried them is written) and
+    /// fewer than [`SPARE_BUFFERS_MAX`] are kept. A new batch's buffer would
+    /// grow by doubling up to `batch_size`, copying the records at each step,
+    /// and a fresh buffer of `batch_size` page-faults on first touch; a reused
+    /// one does neither.
+    pub(crate) fn recycle(&mut self, batch: ProducerBatch) {
+        if self.spare_buffers.len() >= SPARE_BUFFERS_MAX {
+            return;
+        }
+        let Some(buf) = batch.encoded.and_then(|b| b.try_into_mut().ok()) else {
+            return;
+        };
+        // A batch of one record larger than `batch_size` is not worth keeping.
+        if buf.capacity() <= 2 * (self.config.batch_size + HEADER_LEN) {
+            self.spare_buffers.push(buf);
+        }
     }
 
     /// An expired batch's outcomes are delivered. Unlike [`Accumulator::completed`]
@@ -918,6 +950,41 @@ mod tests {
         acc.completed(&first);
         let mut third = drain_one(&mut acc, later).expect("room again");
         assert_eq!(numbering(&mut third).2, n + n2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_completed_batchs_buffer_is_reused_once_nothing_holds_its_bytes() {
+        let mut acc = Accumulator::new(config());
+        let t0 = Instant::now();
+        let tp = TopicPartition::new("t", 0);
+        let sent_batch = |acc: &mut Accumulator, fill: u8| {
+            let (_, _rx) = push(acc, &tp, &[fill; 60], t0);
+            let mut batch = drain_one(acc, t0 + 10 * MS).expect("lingered");
+            let bytes = batch.bytes();
+            acc.completed(&batch);
+            (batch, bytes)
+        };
+        // The request still holds the bytes: the buffer is not reused.
+        let (first, held) = sent_batch(&mut acc, b'a');
+        let copy = held.to_vec();
+        acc.recycle(first);
+        let (second, second_bytes) = sent_batch(&mut acc, b'b');
+        assert_ne!(second_bytes.as_ptr(), held.as_ptr());
+        assert_eq!(held.to_vec(), copy, "held bytes are never written");
+        // Nothing holds them any more: the next batch is written in that buffer.
+        let at = second_bytes.as_ptr();
+        drop(second_bytes);
+        acc.recycle(second);
+        let (_third, third_bytes) = sent_batch(&mut acc, b'c');
+        assert_eq!(third_bytes.as_ptr(), at);
+        let header = batch::verify_crc(&third_bytes).unwrap();
+        assert_eq!(header.records_count, 1);
+        let set = batch::records(&third_bytes).unwrap();
+        let values: Vec<Vec<u8>> = set
+            .iter()
+            .map(|r| r.unwrap().view.value.unwrap().to_vec())
+            .collect();
+        assert_eq!(values, [vec![b'c'; 60]]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -66,13 +66,25 @@ impl BufferPool {
         self.semaphore.available_permits()
     }
 
-    /// Reserves `bytes`, waiting until `deadline` (the send's `max_block_ms`
-    /// deadline, which the metadata wait shares) for room.
-    pub(crate) async fn reserve(
-        &self,
-        bytes: usize,
-        deadline: Instant,
-    ) -> Result<Reservation, ProduceError> {
+    /// Reserves `bytes` if they are free now (`None`: [`BufferPool::reserve`]
+    /// would wait).
+    pub(crate) fn try_reserve(&self, bytes: usize) -> Result<Option<Reservation>, ProduceError> {
+        let permits = self.permits(bytes)?;
+        if permits == 0 {
+            return Ok(Some(Reservation::empty()));
+        }
+        Ok(self
+            .semaphore
+            .clone()
+            .try_acquire_many_owned(permits)
+            .ok()
+            .map(|permit| Reservation {
+                permit: Some(permit),
+            }))
+    }
+
+    /// Checks `bytes` against the limits, as semaphore permits.
+    fn permits(&self, bytes: usize) -> Result<u32, ProduceError> {
         if bytes > self.total_bytes {
             return Err(ProduceError::RecordTooLarge {
                 size: bytes,
@@ -80,11 +92,21 @@ impl BufferPool {
                 setting: "buffer_memory",
             });
         }
-        let permits = u32::try_from(bytes).map_err(|_| ProduceError::RecordTooLarge {
+        u32::try_from(bytes).map_err(|_| ProduceError::RecordTooLarge {
             size: bytes,
             limit: u32::MAX as usize,
             setting: "buffer_memory",
-        })?;
+        })
+    }
+
+    /// Reserves `bytes`, waiting until `deadline` (the send's `max_block_ms`
+    /// deadline, which the metadata wait shares) for room.
+    pub(crate) async fn reserve(
+        &self,
+        bytes: usize,
+        deadline: Instant,
+    ) -> Result<Reservation, ProduceError> {
+        let permits = self.permits(bytes)?;
         if permits == 0 {
             return Ok(Reservation::empty());
         }
@@ -142,6 +164,25 @@ mod tests {
         assert_eq!(start.elapsed(), Duration::from_millis(500));
         // Nothing leaked from the failed attempt.
         assert_eq!(pool.available(), 20);
+    }
+
+    #[test]
+    fn try_reserve_takes_free_room_and_never_waits() {
+        let pool = BufferPool::new(100, Duration::from_secs(60));
+        let held = pool.try_reserve(80).unwrap().expect("room");
+        assert_eq!((held.bytes(), pool.available()), (80, 20));
+        assert!(pool.try_reserve(30).unwrap().is_none(), "no room: no wait");
+        assert_eq!(pool.available(), 20);
+        assert_eq!(pool.try_reserve(0).unwrap().unwrap().bytes(), 0);
+        assert!(matches!(
+            pool.try_reserve(101),
+            Err(ProduceError::RecordTooLarge {
+                setting: "buffer_memory",
+                ..
+            })
+        ));
+        drop(held);
+        assert_eq!(pool.try_reserve(100).unwrap().unwrap().bytes(), 100);
     }
 
     #[tokio::test(start_paused = true)]

@@ -24,6 +24,10 @@ pub const DEFAULT_MAX_FRAME_BYTES: usize = 100 * 1024 * 1024;
 /// Frames queued for the writer before `send` waits (backpressure).
 const WRITE_QUEUE_FRAMES: usize = 1024;
 
+/// A request frame body in pieces (a produce request's record batches are
+/// pieces of their own, not copied: [`frame::encode_request_pieces`]).
+type OutFrame = Vec<Bytes>;
+
 type Pending = Mutex<HashMap<i32, oneshot::Sender<pb::response::Body>>>;
 
 struct Shared {
@@ -54,7 +58,7 @@ impl Shared {
 #[derive(Clone)]
 pub struct Connection {
     shared: Arc<Shared>,
-    outgoing: mpsc::Sender<Bytes>,
+    outgoing: mpsc::Sender<OutFrame>,
     next_correlation_id: Arc<AtomicI32>,
     client_id: Arc<str>,
     peer: Arc<str>,
@@ -121,7 +125,7 @@ impl Connection {
             tls_failure: Mutex::new(None),
             stop: CancellationToken::new(),
         });
-        let (outgoing, mut queue) = mpsc::channel::<Bytes>(WRITE_QUEUE_FRAMES);
+        let (outgoing, mut queue) = mpsc::channel::<OutFrame>(WRITE_QUEUE_FRAMES);
 
         let writer_shared = shared.clone();
         tokio::spawn(async move {
@@ -236,7 +240,7 @@ impl Connection {
         ClientError::Disconnected(peer)
     }
 
-    fn envelope(&self, body: pb::request::Body) -> (i32, Bytes) {
+    fn envelope(&self, body: pb::request::Body) -> (i32, OutFrame) {
         let correlation_id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed);
         let request = pb::Request {
             correlation_id,
@@ -244,7 +248,7 @@ impl Connection {
             client_id: self.client_id.to_string(),
             body: Some(body),
         };
-        (correlation_id, frame::encode(&request))
+        (correlation_id, frame::encode_request_pieces(request))
     }
 
     /// Sends a request and waits for its response. A `ErrorResponse` body (unknown
@@ -340,6 +344,45 @@ mod tests {
         };
         assert_eq!(id(r0), "0");
         assert_eq!(id(r1), "1");
+    }
+
+    #[tokio::test]
+    async fn a_produce_request_in_pieces_arrives_as_sent() {
+        let (a, b) = tokio::io::duplex(1 << 10);
+        let (r, w) = tokio::io::split(b);
+        let conn = Connection::from_stream(a, "peer", "test", 1 << 20);
+        let produce = pb::ProduceRequest {
+            acks: -1,
+            timeout_ms: 30_000,
+            topics: vec![pb::ProduceTopic {
+                name: "t".into(),
+                partitions: (0..3)
+                    .map(|p| pb::ProducePartition {
+                        partition: p,
+                        current_leader_epoch: Some(p + 1),
+                        records: Bytes::from(vec![p as u8; 4000 * p as usize]),
+                    })
+                    .collect(),
+            }],
+        };
+        let peer = tokio::spawn(async move {
+            let mut frames = FramedRead::new(r, frame::codec(1 << 20));
+            let mut sink = FramedWrite::new(w, frame::codec(1 << 20));
+            let req =
+                frame::decode_request(frames.next().await.unwrap().unwrap().freeze()).unwrap();
+            let resp = pb::Response {
+                correlation_id: req.correlation_id,
+                body: Some(response::Body::Produce(pb::ProduceResponse::default())),
+            };
+            sink.send(frame::encode(&resp)).await.unwrap();
+            req
+        });
+        conn.send(request::Body::Produce(produce.clone()))
+            .await
+            .unwrap();
+        let req = peer.await.unwrap();
+        assert_eq!(req.client_id, "test");
+        assert_eq!(req.body, Some(request::Body::Produce(produce)));
     }
 
     #[tokio::test]

@@ -25,6 +25,30 @@ use crate::partitioner::{partition_for_key, StickyPartitioner};
 use crate::record::{ProducerRecord, RecordMetadata};
 use syncline_proto::{wall_clock_ms, TopicPartition};
 
+/// When a `send` stops waiting (for metadata, for buffer memory):
+/// `max_block_ms` after its first wait begins. The clock is read only when a
+/// wait is needed, not for every record.
+#[derive(Debug)]
+struct BlockDeadline {
+    max_block: Duration,
+    at: Option<Instant>,
+}
+
+impl BlockDeadline {
+    fn new(max_block: Duration) -> Self {
+        BlockDeadline {
+            max_block,
+            at: None,
+        }
+    }
+
+    fn at(&mut self) -> Instant {
+        *self
+            .at
+            .get_or_insert_with(|| Instant::now() + self.max_block)
+    }
+}
+
 /// State the producer handles and the sender task share.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -260,11 +284,19 @@ impl Producer {
         if shared.closed.load(Ordering::Acquire) {
             return Err(ProduceError::Closed);
         }
-        let deadline = Instant::now() + Duration::from_millis(inner.config.max_block_ms);
-        let partitions = inner
+        let mut deadline = BlockDeadline::new(Duration::from_millis(inner.config.max_block_ms));
+        let cached = inner
             .cluster
-            .wait_for_topic(&record.topic, deadline)
-            .await?;
+            .with_metadata(|m| m.partition_count(&record.topic));
+        let partitions = match cached {
+            Some(n) => n,
+            None => {
+                inner
+                    .cluster
+                    .wait_for_topic(&record.topic, deadline.at())
+                    .await?
+            }
+        };
         if let Some(p) = record.partition {
             if p < 0 || p as usize >= partitions {
                 return Err(ClientError::UnknownPartition {
@@ -291,7 +323,10 @@ impl Producer {
                 setting: "max_request_size",
             });
         }
-        let reservation = shared.buffer.reserve(size, deadline).await?;
+        let reservation = match shared.buffer.try_reserve(size)? {
+            Some(r) => r,
+            None => shared.buffer.reserve(size, deadline.at()).await?,
+        };
         if shared.closed.load(Ordering::Acquire) {
             return Err(ProduceError::Closed);
         }
@@ -468,6 +503,17 @@ mod tests {
         p.enqueue(ProducerRecord::new("t", value.to_string()).with_partition(partition))
             .await
             .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sends_deadline_is_fixed_at_its_first_wait() {
+        let mut deadline = BlockDeadline::new(Duration::from_millis(500));
+        tokio::time::advance(Duration::from_millis(100)).await;
+        let first_wait = Instant::now();
+        assert_eq!(deadline.at(), first_wait + Duration::from_millis(500));
+        tokio::time::advance(Duration::from_millis(300)).await;
+        // A second wait (buffer memory after metadata) shares it.
+        assert_eq!(deadline.at(), first_wait + Duration::from_millis(500));
     }
 
     #[tokio::test(start_paused = true)]

@@ -403,7 +403,9 @@ impl Sender {
             Ok(None) => {
                 for mut batch in done.batches {
                     batch.complete_unacknowledged();
-                    self.shared.state.lock().accumulator.completed(&batch);
+                    let mut state = self.shared.state.lock();
+                    state.accumulator.completed(&batch);
+                    state.accumulator.recycle(batch);
                 }
             }
             Ok(Some(response)) => self.handle_response(done.batches, &response, now),
@@ -447,7 +449,9 @@ impl Sender {
             let code = ErrorCode::from_wire(answer.error_code);
             if code == ErrorCode::None {
                 batch.complete(answer);
-                self.shared.state.lock().accumulator.completed(&batch);
+                let mut state = self.shared.state.lock();
+                state.accumulator.completed(&batch);
+                state.accumulator.recycle(batch);
                 continue;
             }
             tracing::debug!(tp = %batch.tp, %code, attempt = batch.attempts, "produce error");
@@ -504,7 +508,9 @@ impl Sender {
                 // Outside the lock: callbacks run arbitrary code.
                 drop(state);
                 batch.fail(&error);
-                self.shared.state.lock().accumulator.completed(&batch);
+                let mut state = self.shared.state.lock();
+                state.accumulator.completed(&batch);
+                state.accumulator.recycle(batch);
             }
         }
     }

@@ -703,7 +703,16 @@ impl BatchBuilder {
 
     /// As [`BatchBuilder::new`], reserving room for `capacity` bytes of records.
     pub fn with_capacity(base_timestamp: i64, capacity: usize) -> Self {
-        let mut buf = BytesMut::with_capacity(HEADER_LEN + capacity);
+        Self::with_buffer(
+            base_timestamp,
+            BytesMut::with_capacity(HEADER_LEN + capacity),
+        )
+    }
+
+    /// As [`BatchBuilder::new`], writing into `buf` (emptied first): a finished
+    /// batch's buffer, reused once nothing holds its bytes any more.
+    pub fn with_buffer(base_timestamp: i64, mut buf: BytesMut) -> Self {
+        buf.clear();
         buf.resize(HEADER_LEN, 0);
         BatchBuilder {
             buf,

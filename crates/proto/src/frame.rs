@@ -37,26 +37,129 @@ pub fn encode<M: Message>(msg: &M) -> Bytes {
     buf.freeze()
 }
 
+/// Field numbers of the messages [`encode_request_pieces`] writes by hand; the
+/// proptest below checks them against prost's own encoding.
+const REQUEST_PRODUCE_FIELD: u32 = 10;
+const PRODUCE_TOPICS_FIELD: u32 = 3;
+const PRODUCE_TOPIC_PARTITIONS_FIELD: u32 = 2;
+const PRODUCE_PARTITION_RECORDS_FIELD: u32 = 3;
+
+/// Record batches shorter than this are copied into the envelope: a few
+/// hundred bytes are cheaper to copy than to write as a slice of their own.
+const PIECE_MIN_BYTES: usize = 512;
+
+/// Encodes a request frame body as pieces whose concatenation is exactly what
+/// [`encode`] gives for `request`. A produce request's record batches (all but
+/// small ones) are pieces of their own, the caller's `Bytes`, not copies: the
+/// envelope is written around them. Each message's field that holds the next
+/// level (and the records) is its last, so the envelope is prost's encoding of
+/// each message without that field, followed by it; lengths are prost's
+/// `encoded_len` of the whole messages. Other requests are one piece.
+pub fn encode_request_pieces(mut request: pb::Request) -> Vec<Bytes> {
+    use prost::encoding::{encode_key, encode_varint, WireType};
+
+    let mut produce = match request.body.take() {
+        Some(pb::request::Body::Produce(p)) => p,
+        body => {
+            request.body = body;
+            return vec![encode(&request)];
+        }
+    };
+    let mut pieces = Vec::new();
+    let mut buf = BytesMut::with_capacity(256);
+    encode_head(&request, &mut buf);
+    encode_key(REQUEST_PRODUCE_FIELD, WireType::LengthDelimited, &mut buf);
+    encode_varint(produce.encoded_len() as u64, &mut buf);
+    let topics = std::mem::take(&mut produce.topics);
+    encode_head(&produce, &mut buf);
+    for mut t in topics {
+        encode_key(PRODUCE_TOPICS_FIELD, WireType::LengthDelimited, &mut buf);
+        encode_varint(t.encoded_len() as u64, &mut buf);
+        let partitions = std::mem::take(&mut t.partitions);
+        encode_head(&t, &mut buf);
+        for mut p in partitions {
+            encode_key(
+                PRODUCE_TOPIC_PARTITIONS_FIELD,
+                WireType::LengthDelimited,
+                &mut buf,
+            );
+            encode_varint(p.encoded_len() as u64, &mut buf);
+            let records = std::mem::take(&mut p.records);
+            encode_head(&p, &mut buf);
+            if records.is_empty() {
+                continue;
+            }
+            encode_key(
+                PRODUCE_PARTITION_RECORDS_FIELD,
+                WireType::LengthDelimited,
+                &mut buf,
+            );
+            encode_varint(records.len() as u64, &mut buf);
+            if records.len() < PIECE_MIN_BYTES {
+                buf.extend_from_slice(&records);
+            } else {
+                pieces.push(buf.split().freeze());
+                pieces.push(records);
+            }
+        }
+    }
+    if !buf.is_empty() {
+        pieces.push(buf.freeze());
+    }
+    pieces
+}
+
+/// Appends `msg`'s encoding to `buf`.
+fn encode_head<M: Message>(msg: &M, buf: &mut BytesMut) {
+    msg.encode(buf)
+        .expect("BytesMut grows, so encoding cannot run out of room");
+}
+
 /// Most frames one write carries (a vectored write takes at most 1024 slices).
 pub const MAX_FRAMES_PER_WRITE: usize = 256;
+
+/// A frame body to write: one buffer, or pieces whose concatenation is the body
+/// (a produce request's record batches, referenced rather than copied: see
+/// [`encode_request_pieces`]).
+pub trait FrameBody {
+    /// The body's pieces, in order.
+    fn pieces(&self) -> &[Bytes];
+}
+
+impl FrameBody for Bytes {
+    fn pieces(&self) -> &[Bytes] {
+        std::slice::from_ref(self)
+    }
+}
+
+impl FrameBody for Vec<Bytes> {
+    fn pieces(&self) -> &[Bytes] {
+        self
+    }
+}
 
 /// Writes `frames`, each behind its 4-byte big-endian length, with vectored writes:
 /// a frame is never copied on its way to the socket (fetch responses carry up to
 /// megabytes of records, which a framing codec would copy into its buffer).
-pub async fn write_frames<W: AsyncWrite + Unpin>(w: &mut W, frames: &[Bytes]) -> io::Result<()> {
+pub async fn write_frames<W: AsyncWrite + Unpin, F: FrameBody>(
+    w: &mut W,
+    frames: &[F],
+) -> io::Result<()> {
     let prefixes: Vec<[u8; LENGTH_PREFIX_LEN]> = frames
         .iter()
         .map(|f| {
-            u32::try_from(f.len())
+            let len: usize = f.pieces().iter().map(Bytes::len).sum();
+            u32::try_from(len)
                 .map(u32::to_be_bytes)
                 .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame longer than 4 GiB"))
         })
         .collect::<io::Result<_>>()?;
-    let mut slices: Vec<IoSlice<'_>> = prefixes
-        .iter()
-        .zip(frames)
-        .flat_map(|(p, f)| [IoSlice::new(p), IoSlice::new(f)])
-        .collect();
+    let mut slices: Vec<IoSlice<'_>> =
+        Vec::with_capacity(prefixes.len() + frames.iter().map(|f| f.pieces().len()).sum::<usize>());
+    for (p, f) in prefixes.iter().zip(frames) {
+        slices.push(IoSlice::new(p));
+        slices.extend(f.pieces().iter().map(|b| IoSlice::new(b)));
+    }
     write_all_slices(w, &mut slices).await
 }
 
@@ -79,11 +182,11 @@ pub async fn write_all_slices<W: AsyncWrite + Unpin>(
 /// Writes `first` and whatever else is already queued (`more` gives it, without
 /// waiting), up to [`MAX_FRAMES_PER_WRITE`] frames, in one vectored write.
 /// `frames` is scratch space, left empty.
-pub async fn write_queued<W: AsyncWrite + Unpin>(
+pub async fn write_queued<W: AsyncWrite + Unpin, F: FrameBody>(
     w: &mut W,
-    frames: &mut Vec<Bytes>,
-    first: Bytes,
-    mut more: impl FnMut() -> Option<Bytes>,
+    frames: &mut Vec<F>,
+    first: F,
+    mut more: impl FnMut() -> Option<F>,
 ) -> io::Result<()> {
     frames.push(first);
     while frames.len() < MAX_FRAMES_PER_WRITE {
@@ -430,6 +533,97 @@ mod tests {
             prop_assert_eq!(joined.len() as u64, chunks.iter().map(Chunk::len).sum::<u64>());
             prop_assert_eq!(&joined[..], &expected[..]);
         }
+    }
+
+    fn arb_produce_request() -> impl Strategy<Value = Request> {
+        let partition = (
+            any::<i32>(),
+            proptest::option::of(any::<i32>()),
+            prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..PIECE_MIN_BYTES),
+                proptest::collection::vec(any::<u8>(), PIECE_MIN_BYTES..3 * PIECE_MIN_BYTES),
+            ],
+        )
+            .prop_map(
+                |(partition, current_leader_epoch, records)| pb::ProducePartition {
+                    partition,
+                    current_leader_epoch,
+                    records: Bytes::from(records),
+                },
+            );
+        let topic = ("[a-z]{0,12}", proptest::collection::vec(partition, 0..4))
+            .prop_map(|(name, partitions)| pb::ProduceTopic { name, partitions });
+        (
+            any::<i32>(),
+            any::<i32>(),
+            "[a-z]{0,8}",
+            any::<i32>(),
+            any::<i32>(),
+            proptest::collection::vec(topic, 0..4),
+        )
+            .prop_map(
+                |(correlation_id, api_version, client_id, acks, timeout_ms, topics)| Request {
+                    correlation_id,
+                    api_version,
+                    client_id,
+                    body: Some(Body::Produce(pb::ProduceRequest {
+                        acks,
+                        timeout_ms,
+                        topics,
+                    })),
+                },
+            )
+    }
+
+    proptest! {
+        /// The pieces are prost's encoding of the same request, and the record
+        /// batches that are pieces of their own are the caller's bytes, not copies.
+        #[test]
+        fn produce_request_pieces_concatenate_to_prosts_encoding(request in arb_produce_request()) {
+            let expected = encode(&request);
+            let Some(Body::Produce(produce)) = &request.body else { unreachable!() };
+            let large: Vec<Bytes> = produce
+                .topics
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .map(|p| p.records.clone())
+                .filter(|r| r.len() >= PIECE_MIN_BYTES)
+                .collect();
+            let pieces = encode_request_pieces(request.clone());
+            prop_assert!(pieces.iter().all(|p| !p.is_empty()));
+            prop_assert_eq!(&pieces.concat()[..], &expected[..]);
+            // Every large batch is a piece at the same address: referenced.
+            for r in &large {
+                prop_assert!(pieces.iter().any(|p| p.as_ptr() == r.as_ptr() && p.len() == r.len()));
+            }
+            // At most an envelope piece before each and one after the last.
+            prop_assert!(pieces.len() <= 2 * large.len() + 1);
+        }
+
+        #[test]
+        fn other_requests_are_one_piece(offset in any::<i64>()) {
+            let r = fetch(offset);
+            prop_assert_eq!(encode_request_pieces(r.clone()), vec![encode(&r)]);
+        }
+    }
+
+    #[tokio::test]
+    async fn frames_in_pieces_read_back_with_the_codec() {
+        let (mut a, b) = tokio::io::duplex(7);
+        let frames: Vec<Vec<Bytes>> = (0..20u8)
+            .map(|i| {
+                (0..i % 4)
+                    .map(|j| Bytes::from(vec![i; usize::from(i + j)]))
+                    .collect()
+            })
+            .collect();
+        let sent = frames.clone();
+        let writer = tokio::spawn(async move { write_frames(&mut a, &sent).await });
+        let mut rx = Framed::new(b, codec(1 << 20));
+        for f in &frames {
+            assert_eq!(&rx.next().await.unwrap().unwrap()[..], &f.concat()[..]);
+        }
+        writer.await.unwrap().unwrap();
     }
 
     #[tokio::test]

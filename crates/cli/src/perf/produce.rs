@@ -26,6 +26,10 @@ use crate::errors::{explain, explain_produce, Ctx};
 /// Kafka prints a window line every 5 s.
 const REPORT_INTERVAL: Duration = Duration::from_secs(5);
 
+/// The progress bar moves every this many records (`ProgressBar::inc` reads
+/// the clock at each call, even when the bar is hidden).
+const BAR_STEP: u64 = 256;
+
 /// Figures of the run and of the current 5 s window.
 #[derive(Debug)]
 struct Stats {
@@ -69,7 +73,6 @@ impl Stats {
 
     fn record(&mut self, sent: Instant, outcome: Result<RecordMetadata, ProduceError>) {
         let now = Instant::now();
-        self.bar.inc(1);
         match outcome {
             Ok(_) => {
                 let latency = now - sent;
@@ -90,6 +93,10 @@ impl Stats {
                     self.first_error = Some(explain_produce(&e, ctx));
                 }
             }
+        }
+        let done = self.acked + self.failed;
+        if done.is_multiple_of(BAR_STEP) {
+            self.bar.set_position(done);
         }
         if now - self.window_start >= REPORT_INTERVAL {
             let line = self.window_line(now);
