@@ -633,7 +633,8 @@ pub struct BrokerConfig {
     /// How long a controller voter waits without hearing from the active
     /// controller before it stands for election, in ms (Kafka's
     /// `controller.quorum.election.timeout.ms`); each election waits a random time
-    /// between this and twice this. Default 1000.
+    /// between this and twice this. Default 1000. The active controller
+    /// heartbeats the voters every quarter of it.
     pub controller_quorum_election_timeout_ms: u64,
     /// Longest wait for one request between controller voters, in ms (Kafka's
     /// `controller.quorum.request.timeout.ms`). Default 2000.
