@@ -581,7 +581,9 @@ pub struct BrokerConfig {
     pub replica_lag_time_max_ms: u64,
     /// How long, in ms, a leader holds a follower fetch waiting for data (Kafka's
     /// `replica.fetch.wait.max.ms`); smaller than `replica_lag_time_max_ms`, or idle
-    /// followers would leave the ISR. Default 500.
+    /// followers would leave the ISR. Default 500. A fetcher whose last fetch
+    /// brought nothing new asks for longer: a sixth of the smallest lag time of
+    /// its topics, at most 5 s, never less than this (`fetcher::fetch_wait`).
     pub replica_fetch_wait_max_ms: u64,
     /// Bytes that end a follower fetch's wait early (Kafka's
     /// `replica.fetch.min.bytes`). Default 1.
