@@ -581,7 +581,9 @@ pub struct BrokerConfig {
     pub replica_lag_time_max_ms: u64,
     /// How long, in ms, a leader holds a follower fetch waiting for data (Kafka's
     /// `replica.fetch.wait.max.ms`); smaller than `replica_lag_time_max_ms`, or idle
-    /// followers would leave the ISR. Default 500.
+    /// followers would leave the ISR. Default 500. A fetcher whose last fetch
+    /// brought nothing new asks for longer: a sixth of the smallest lag time of
+    /// its topics, at most 5 s, never less than this (`fetcher::fetch_wait`).
     pub replica_fetch_wait_max_ms: u64,
     /// Bytes that end a follower fetch's wait early (Kafka's
     /// `replica.fetch.min.bytes`). Default 1.
@@ -633,7 +635,8 @@ pub struct BrokerConfig {
     /// How long a controller voter waits without hearing from the active
     /// controller before it stands for election, in ms (Kafka's
     /// `controller.quorum.election.timeout.ms`); each election waits a random time
-    /// between this and twice this. Default 1000.
+    /// between this and twice this. Default 1000. The active controller
+    /// heartbeats the voters every quarter of it.
     pub controller_quorum_election_timeout_ms: u64,
     /// Longest wait for one request between controller voters, in ms (Kafka's
     /// `controller.quorum.request.timeout.ms`). Default 2000.

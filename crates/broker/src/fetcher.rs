@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,6 +36,37 @@ use crate::quota::ReplicationQuota;
 
 /// Longest a request to a leader may take beyond its own wait.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest an idle fetcher's fetch waits at the leader (see [`fetch_wait`]).
+const IDLE_FETCH_WAIT_MAX: Duration = Duration::from_secs(5);
+/// An idle fetcher's fetch waits at most this part of the smallest
+/// `replica.lag.time.max.ms` of its topics (see [`fetch_wait`]).
+const IDLE_FETCH_WAIT_LAG_PART: u32 = 6;
+
+/// How long the next fetch asks the leader to wait for records.
+///
+/// `configured` (`replica_fetch_wait_max_ms`), unless the fetcher is `idle`: its
+/// last fetch was an incremental one answered with nothing (no records, no new
+/// high watermark or log start, no error), and none of its partitions waits out
+/// a pause. Then it waits longer: a sixth of `min_lag`, the smallest
+/// `replica.lag.time.max.ms` of its topics, at most [`IDLE_FETCH_WAIT_MAX`],
+/// never less than `configured`. An idle follower of thousands of partitions
+/// thus costs its leader a round every few seconds instead of twice a second,
+/// and nothing waits for it: an append (or a leadership change) answers the
+/// waiting fetch at once, as before, and the round after any answer with news
+/// waits `configured` again, so the follower learns the high watermark its
+/// fetch advanced as soon as it does now. The bound keeps the wait well under
+/// the lag time: the leader counts a follower caught up as of its last fetch,
+/// which at the moment records arrive is up to one wait old, and a follower
+/// must never look out of sync for an idle wait.
+#[must_use]
+fn fetch_wait(configured: Duration, idle: bool, min_lag: Duration) -> Duration {
+    if !idle {
+        return configured;
+    }
+    (min_lag / IDLE_FETCH_WAIT_LAG_PART)
+        .min(IDLE_FETCH_WAIT_MAX)
+        .max(configured)
+}
 
 /// One followed partition: its replica and its fetch phase machine.
 #[derive(Debug)]
@@ -49,6 +80,9 @@ struct FetchState {
 struct Fetcher {
     leader_id: i32,
     partitions: Mutex<HashMap<TopicPartition, FetchState>>,
+    /// Counts the changes of `partitions` (a partition joined or left), under
+    /// its lock: a fetch in flight knows whether it still carries them all.
+    generation: AtomicU64,
     changed: Notify,
 }
 
@@ -149,6 +183,7 @@ impl FetcherManager {
             let f = Arc::new(Fetcher {
                 leader_id,
                 partitions: Mutex::new(HashMap::new()),
+                generation: AtomicU64::new(0),
                 changed: Notify::new(),
             });
             let task = FetcherTask {
@@ -157,6 +192,7 @@ impl FetcherManager {
                 key,
                 connection: None,
                 session: FetchSessionBuilder::default(),
+                idle: false,
             };
             let mut tasks = self.tasks.lock();
             tasks.retain(|t| !t.is_finished());
@@ -168,17 +204,20 @@ impl FetcherManager {
             self.config.truncates_by_leader_epoch(),
             retry_backoff(self.config.replica_fetch_backoff_ms),
         );
-        fetcher
-            .partitions
-            .lock()
-            .insert(tp, FetchState { partition, machine });
+        let mut partitions = fetcher.partitions.lock();
+        partitions.insert(tp, FetchState { partition, machine });
+        fetcher.generation.fetch_add(1, Ordering::Relaxed);
+        drop(partitions);
         fetcher.changed.notify_one();
     }
 
     /// Stops fetching `tp` (it became leader, offline, or follows another leader).
     pub(crate) fn remove_partition(&self, tp: &TopicPartition) {
         for f in self.fetchers.lock().values() {
-            if f.partitions.lock().remove(tp).is_some() {
+            let mut partitions = f.partitions.lock();
+            if partitions.remove(tp).is_some() {
+                f.generation.fetch_add(1, Ordering::Relaxed);
+                drop(partitions);
                 f.changed.notify_one();
             }
         }
@@ -207,6 +246,9 @@ struct FetcherTask {
     key: (i32, usize),
     connection: Option<Connection>,
     session: FetchSessionBuilder,
+    /// The last fetch was incremental and answered with nothing: the next may
+    /// wait longer ([`fetch_wait`]).
+    idle: bool,
 }
 
 /// The follower's half of an incremental fetch session (KIP-227): remembers what
@@ -220,6 +262,10 @@ struct FetchSessionBuilder {
     sent: HashMap<TopicPartition, pb::FetchPartition>,
     /// What the request in flight would make `sent`.
     in_flight: InFlight,
+    /// A session given up with a fetch in flight (its answer is never read):
+    /// the next request closes it (the final epoch), so that the leader forgets
+    /// it rather than keep it in a slot until evicted. 0: none.
+    closing: i32,
 }
 
 /// What the request in flight changes in the session once answered: a full
@@ -292,16 +338,21 @@ impl FetchSessionBuilder {
                 forgotten: gone,
             }
         };
-        let epoch = if full {
-            crate::fetch_session::INITIAL_EPOCH
+        let (id, epoch) = if !full {
+            (self.id, self.next_epoch)
+        } else if self.closing != 0 {
+            // A full, sessionless fetch that also closes the abandoned session;
+            // the one after it asks for a new session.
+            (self.closing, crate::fetch_session::FINAL_EPOCH)
         } else {
-            self.next_epoch
+            (0, crate::fetch_session::INITIAL_EPOCH)
         };
-        (self.id, epoch, topics, forgotten)
+        (id, epoch, topics, forgotten)
     }
 
     /// The fetch was answered without a request-level error.
     fn on_response(&mut self, session_id: i32) {
+        self.closing = 0;
         if self.id == 0 {
             // 0: the leader declined; keep sending full fetches.
             self.id = session_id;
@@ -325,6 +376,37 @@ impl FetchSessionBuilder {
     fn reset(&mut self) {
         *self = FetchSessionBuilder::default();
     }
+
+    /// The fetch in flight is given up (its answer will not be read): start
+    /// over with a full fetch, which closes the session.
+    fn abandon(&mut self) {
+        let closing = if self.id != 0 { self.id } else { self.closing };
+        *self = FetchSessionBuilder {
+            closing,
+            ..FetchSessionBuilder::default()
+        };
+    }
+}
+
+/// Awaits `answer`, unless `fetcher`'s partitions change (its generation
+/// moves past `generation`) first: then `None`, and `answer` is dropped.
+async fn unless_changed<F: std::future::Future>(
+    answer: F,
+    fetcher: &Fetcher,
+    generation: u64,
+) -> Option<F::Output> {
+    tokio::pin!(answer);
+    loop {
+        // A notification may be older than the round (stored while nothing
+        // waited): only a moved generation counts.
+        if fetcher.generation.load(Ordering::Relaxed) != generation {
+            return None;
+        }
+        tokio::select! {
+            out = &mut answer => return Some(out),
+            () = fetcher.changed.notified() => {}
+        }
+    }
 }
 
 /// One partition in one round, as it was when the round started.
@@ -343,6 +425,8 @@ struct Wants {
     asks: Vec<(Round, i32)>,
     fetches: Vec<(Round, pb::FetchPartition)>,
     next_wake: Option<Instant>,
+    /// The fetcher's [`Fetcher::generation`] the round was taken at.
+    generation: u64,
 }
 
 /// [`FetcherTask::step`] on the fetcher's partitions, already locked.
@@ -400,7 +484,11 @@ impl FetcherTask {
                 self.truncate(&conn, wants.asks).await;
                 continue;
             }
-            self.fetch(&conn, wants.fetches).await;
+            // A partition waiting out a pause (or a throttle) is due before an
+            // idle wait would end: the fetch waits as configured.
+            let none_paused = wants.next_wake.is_none();
+            self.fetch(&conn, wants.fetches, wants.generation, none_paused)
+                .await;
         }
         tracing::debug!(leader, "replica fetcher stopped");
     }
@@ -416,18 +504,19 @@ impl FetcherTask {
 
     /// Asks every partition's machine what it needs now.
     fn poll(&self) -> Wants {
-        let rounds: Vec<Round> = self
-            .fetcher
-            .partitions
-            .lock()
-            .iter()
-            .map(|(tp, s)| Round {
-                tp: tp.clone(),
-                partition: s.partition.clone(),
-                leader_epoch: s.machine.leader_epoch(),
-                throttled: false,
-            })
-            .collect();
+        let (rounds, generation) = {
+            let partitions = self.fetcher.partitions.lock();
+            let rounds: Vec<Round> = partitions
+                .iter()
+                .map(|(tp, s)| Round {
+                    tp: tp.clone(),
+                    partition: s.partition.clone(),
+                    leader_epoch: s.machine.leader_epoch(),
+                    throttled: false,
+                })
+                .collect();
+            (rounds, self.fetcher.generation.load(Ordering::Relaxed))
+        };
         let now = Instant::now();
         // Read outside the fetcher's lock: no log lock is taken under it. A
         // failed log (an fsync failed: its end may hold what is not on disk) is
@@ -458,7 +547,10 @@ impl FetcherTask {
                 .collect()
         };
         let replica_fetch_max_bytes = self.config().replica_fetch_max_bytes as i32;
-        let mut wants = Wants::default();
+        let mut wants = Wants {
+            generation,
+            ..Wants::default()
+        };
         for (mut r, effect) in asked {
             match effect {
                 Some(Effect::AskEpochEnd { epoch }) => wants.asks.push((r, epoch)),
@@ -779,14 +871,52 @@ impl FetcherTask {
         }
     }
 
-    async fn fetch(&mut self, conn: &Connection, fetches: Vec<(Round, pb::FetchPartition)>) {
+    /// The smallest `replica.lag.time.max.ms` of the topics of `fetches`.
+    fn min_lag_time(&self, fetches: &[(Round, pb::FetchPartition)]) -> Duration {
+        let broker_default = self.config().replica_lag_time_max_ms;
+        let mut min = broker_default;
+        let mut last: Option<&Arc<str>> = None;
+        for (r, _) in fetches {
+            // A fetcher's partitions come topic by topic, mostly.
+            if last.is_some_and(|t| Arc::ptr_eq(t, &r.tp.topic) || **t == *r.tp.topic) {
+                continue;
+            }
+            last = Some(&r.tp.topic);
+            let lag = self
+                .manager
+                .metadata
+                .replica_lag_time_override_ms(&r.tp.topic)
+                .unwrap_or(broker_default);
+            min = min.min(lag);
+        }
+        Duration::from_millis(min)
+    }
+
+    /// One fetch of `fetches`, the round taken at the fetcher's `generation`;
+    /// `none_paused`: no partition of the fetcher waits out a pause.
+    async fn fetch(
+        &mut self,
+        conn: &Connection,
+        fetches: Vec<(Round, pb::FetchPartition)>,
+        generation: u64,
+        none_paused: bool,
+    ) {
         let config = self.manager.config.clone();
+        let configured = Duration::from_millis(config.replica_fetch_wait_max_ms);
+        let idle = std::mem::take(&mut self.idle) && none_paused;
+        let min_lag = if idle {
+            self.min_lag_time(&fetches)
+        } else {
+            Duration::MAX
+        };
+        let wait = fetch_wait(configured, idle, min_lag);
         let wanted = fetches.iter().map(|(r, p)| (r.tp.clone(), *p)).collect();
         let (session_id, session_epoch, topics, forgotten) = self.session.build(wanted);
+        let incremental = session_epoch > crate::fetch_session::INITIAL_EPOCH;
         let req = pb::FetchRequest {
             replica_id: config.node_id,
             replica_epoch: self.manager.broker_epoch.load(Ordering::Acquire),
-            max_wait_ms: config.replica_fetch_wait_max_ms as i32,
+            max_wait_ms: wait.as_millis().try_into().unwrap_or(i32::MAX),
             min_bytes: config.replica_fetch_min_bytes as i32,
             max_bytes: config.replica_fetch_response_max_bytes as i32,
             isolation_level: pb::IsolationLevel::ReadUncommitted as i32,
@@ -797,12 +927,28 @@ impl FetcherTask {
             ..Default::default()
         };
         self.manager.metrics.fetcher_request(self.fetcher.leader_id);
-        let wait = Duration::from_millis(config.replica_fetch_wait_max_ms);
-        let failure = match self
-            .send(conn, pb::request::Body::Fetch(req), wait + REQUEST_TIMEOUT)
-            .await
-        {
+        let fetcher = self.fetcher.clone();
+        let send = self.send(conn, pb::request::Body::Fetch(req), wait + REQUEST_TIMEOUT);
+        let answer = if wait > configured {
+            // A partition that joins (or leaves) the fetcher must not wait for an
+            // idle wait to end: the fetch is given up, and the next round
+            // carries it.
+            unless_changed(send, &fetcher, generation).await
+        } else {
+            Some(send.await)
+        };
+        let Some(answer) = answer else {
+            tracing::debug!(
+                leader = self.fetcher.leader_id,
+                "the fetcher's partitions changed: an idle fetch is given up"
+            );
+            self.session.abandon();
+            return;
+        };
+        let failure = match answer {
             Some(pb::response::Body::Fetch(r)) if r.error_code == ErrorCode::None as i32 => {
+                // Nothing to tell in an incremental answer: the fetcher is idle.
+                self.idle = incremental && r.responses.iter().all(|t| t.partitions.is_empty());
                 self.on_fetch_response(conn, fetches, r).await;
                 return;
             }
@@ -965,6 +1111,80 @@ mod tests {
         let (id, epoch, topics, _) = b.build([p(0, 9)].into_iter().collect());
         assert_eq!((id, epoch, sent_partitions(&topics)), (0, 0, vec![(0, 9)]));
     }
+
+    #[test]
+    fn an_abandoned_session_is_closed_by_the_next_fetch_then_a_new_one_starts() {
+        let mut b = FetchSessionBuilder::default();
+        b.build([p(0, 5), p(1, 7)].into_iter().collect());
+        b.on_response(42);
+        // An incremental fetch in flight is given up (a partition joined).
+        b.build([p(0, 5), p(1, 7)].into_iter().collect());
+        b.abandon();
+        // The next fetch is full, sessionless, and closes session 42.
+        let (id, epoch, topics, forgotten) =
+            b.build([p(0, 5), p(1, 7), p(2, 0)].into_iter().collect());
+        assert_eq!((id, epoch), (42, crate::fetch_session::FINAL_EPOCH));
+        assert_eq!(sent_partitions(&topics), vec![(0, 5), (1, 7), (2, 0)]);
+        assert!(forgotten.is_empty());
+        // Given up again before its answer: still session 42 to close.
+        b.abandon();
+        let (id, epoch, _, _) = b.build([p(0, 5)].into_iter().collect());
+        assert_eq!((id, epoch), (42, crate::fetch_session::FINAL_EPOCH));
+        // Answered (sessionless: id 0): the next asks for a new session.
+        b.on_response(0);
+        let (id, epoch, topics, _) = b.build([p(0, 5)].into_iter().collect());
+        assert_eq!(
+            (id, epoch, sent_partitions(&topics)),
+            (0, crate::fetch_session::INITIAL_EPOCH, vec![(0, 5)])
+        );
+        b.on_response(43);
+        let (id, epoch, topics, _) = b.build([p(0, 5)].into_iter().collect());
+        assert_eq!((id, epoch, topics.len()), (43, 1, 0));
+        // Abandoning a fetch that was to open a session closes nothing.
+        b.reset();
+        b.build([p(0, 5)].into_iter().collect());
+        b.abandon();
+        let (id, epoch, _, _) = b.build([p(0, 5)].into_iter().collect());
+        assert_eq!((id, epoch), (0, crate::fetch_session::INITIAL_EPOCH));
+    }
+
+    #[test]
+    fn only_an_idle_fetcher_waits_longer_and_never_near_the_lag_time() {
+        let ms = Duration::from_millis;
+        // (configured wait, idle, smallest lag time of the fetcher's topics) -> wait
+        let table = [
+            // Not idle: as configured, whatever the lag time.
+            (500, false, 30_000, 500),
+            (500, false, 600_000, 500),
+            // Idle, Kafka's defaults: a sixth of the lag time, 5 s.
+            (500, true, 30_000, 5_000),
+            // Idle: at most 5 s, however long the lag time.
+            (500, true, 600_000, 5_000),
+            // Idle under a short lag time: a sixth of it...
+            (500, true, 12_000, 2_000),
+            // ...but never less than configured.
+            (500, true, 1_000, 500),
+            (500, true, 100, 500),
+            // A configured wait above the idle cap stays.
+            (8_000, true, 60_000, 8_000),
+        ];
+        for (configured, idle, lag, want) in table {
+            assert_eq!(
+                fetch_wait(ms(configured), idle, ms(lag)),
+                ms(want),
+                "configured {configured} ms, idle {idle}, lag {lag} ms"
+            );
+        }
+        // Above the configured wait, the idle wait is always well under half
+        // the lag time (a leader checks each follower every half of it).
+        for lag in (1..=600_000u64).step_by(997) {
+            let wait = fetch_wait(ms(500), true, ms(lag));
+            assert!(
+                wait == ms(500) || wait * 3 <= ms(lag) / 2,
+                "lag {lag} ms: {wait:?}"
+            );
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1020,6 +1240,7 @@ mod throttle_tests {
         let fetcher = Arc::new(Fetcher {
             leader_id: 2,
             partitions: Mutex::new(HashMap::new()),
+            generation: AtomicU64::new(0),
             changed: Notify::new(),
         });
         for index in [0, 1] {
@@ -1043,6 +1264,7 @@ mod throttle_tests {
             key: (2, 0),
             connection: None,
             session: FetchSessionBuilder::default(),
+            idle: false,
         }
     }
 
@@ -1054,6 +1276,81 @@ mod throttle_tests {
             .collect();
         v.sort();
         v
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_fetch_is_given_up_when_a_partition_leaves_or_joins_and_only_then() {
+        let dir = tempfile::tempdir().unwrap();
+        let task = follower(dir.path());
+        let fetcher = task.fetcher.clone();
+        task.manager
+            .fetchers
+            .lock()
+            .insert(task.key, fetcher.clone());
+        let wait = |generation| {
+            let fetcher = fetcher.clone();
+            tokio::spawn(async move {
+                let answer = tokio::time::sleep(Duration::from_secs(5));
+                unless_changed(answer, &fetcher, generation).await
+            })
+        };
+        // A notification from before the round (stored while nothing waited)
+        // gives nothing up: the answer is awaited.
+        let generation = task.poll().generation;
+        fetcher.changed.notify_one();
+        let started = Instant::now();
+        assert_eq!(wait(generation).await.unwrap(), Some(()));
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+        // A partition leaves the fetcher: the wait is given up at once.
+        let started = Instant::now();
+        let waiting = wait(generation);
+        tokio::task::yield_now().await;
+        let tp = TopicPartition::new("t", 1);
+        let partition = fetcher.partitions.lock()[&tp].partition.clone();
+        task.manager.remove_partition(&tp);
+        assert_eq!(waiting.await.unwrap(), None);
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        // One joins: the same.
+        let generation = task.poll().generation;
+        let waiting = wait(generation);
+        tokio::task::yield_now().await;
+        task.manager.add_partition(partition, 2, 1);
+        assert_eq!(waiting.await.unwrap(), None);
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        assert_ne!(task.poll().generation, generation);
+        // A change before the wait starts counts too.
+        let waiting = wait(generation);
+        assert_eq!(waiting.await.unwrap(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_wait_follows_the_shortest_lag_time_of_the_fetched_topics() {
+        let dir = tempfile::tempdir().unwrap();
+        let task = follower(dir.path());
+        let wants = task.poll();
+        assert_eq!(task.min_lag_time(&wants.fetches), Duration::from_secs(30));
+        // The topic's own replica.lag.time.max.ms counts.
+        let _ = task.manager.metadata.apply(&pb::LeaderAndIsrRequest {
+            controller_id: 1,
+            controller_epoch: 1,
+            metadata_offset: 1,
+            topics: vec![pb::TopicState {
+                name: "t".into(),
+                configs: [(
+                    syncline_controller::REPLICA_LAG_TIME_MAX_MS.to_string(),
+                    "6000".to_string(),
+                )]
+                .into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        assert_eq!(task.min_lag_time(&wants.fetches), Duration::from_secs(6));
+        let configured = Duration::from_millis(500);
+        assert_eq!(
+            fetch_wait(configured, true, task.min_lag_time(&wants.fetches)),
+            Duration::from_secs(1)
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -490,6 +490,19 @@ impl MetadataCache {
             .unwrap_or_default()
     }
 
+    /// A topic's `replica.lag.time.max.ms` override, if it has one (the
+    /// controller validated it: a positive count of ms).
+    pub(crate) fn replica_lag_time_override_ms(&self, topic: &str) -> Option<u64> {
+        self.image
+            .read()
+            .topics
+            .get(topic)?
+            .configs
+            .get(syncline_controller::REPLICA_LAG_TIME_MAX_MS)?
+            .parse()
+            .ok()
+    }
+
     /// Whether `replica`'s replication of the partition is throttled
     /// ([`crate::quota::is_throttled`]), as announced.
     pub(crate) fn is_throttled_replica(&self, topic: &str, partition: i32, replica: i32) -> bool {
