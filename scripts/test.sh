@@ -76,7 +76,7 @@ planted() {
     echo "caught ($violation) by $caught of $seeds seeds"
 }
 # Truncating to the high watermark loses records when a follower restarts
-# and then its leader dies: crashes alone catch it in about 1 seed in 15.
+# and then its leader dies: crashes alone catch it in about 1 seed in 20.
 planted hw-truncation 100 "lost write" --faults crash
 planted lost-fsync 20 "lost write"
 planted no-min-isr-check 50 "acknowledged below min.insync.replicas"
