@@ -377,54 +377,48 @@ pub(crate) mod tests {
         assert_eq!(md.leader(&tp0), None);
     }
 
+    /// Applies an answer about topic "t": under `id`, one partition.
+    fn answer_t(md: &mut Metadata, id: i64, p: pb::PartitionMetadata) {
+        let t = pb::TopicMetadata {
+            topic_id: id,
+            ..topic("t", vec![p])
+        };
+        md.update(&response(vec![t]), Instant::now());
+    }
+
+    /// Applies an answer that topic "t" is unknown.
+    fn forget_t(md: &mut Metadata) {
+        let mut gone = topic("t", vec![]);
+        gone.error_code = ErrorCode::UnknownTopicOrPartition as i32;
+        md.update(&response(vec![gone]), Instant::now());
+        assert!(md.topic("t").is_none());
+    }
+
     /// Seed 307851 of the simulation: the leader at epoch 1 crashed, a broker
     /// still loading its metadata answered the topic unknown, and a deposed
     /// leader cut off from the controller answered epoch 0. The client must not
     /// route to it: the partition has no leader until an answer of epoch >= 1.
     #[test]
     fn a_forgotten_topic_does_not_take_the_client_back_to_an_older_leader() {
-        let now = Instant::now();
         let tp0 = TopicPartition::new("t", 0);
-        let with_id = |partitions, id| pb::TopicMetadata {
-            topic_id: id,
-            ..topic("t", partitions)
-        };
         let mut md = Metadata::default();
-        md.update(
-            &response(vec![with_id(vec![partition(0, 1, 0, &[1, 2])], 7)]),
-            now,
-        );
-        md.update(
-            &response(vec![with_id(vec![partition(0, 2, 1, &[1, 2])], 7)]),
-            now,
-        );
+        answer_t(&mut md, 7, partition(0, 1, 0, &[1, 2]));
+        answer_t(&mut md, 7, partition(0, 2, 1, &[1, 2]));
         assert_eq!(md.leader(&tp0), Some((2, 1)));
-        let mut gone = topic("t", vec![]);
-        gone.error_code = ErrorCode::UnknownTopicOrPartition as i32;
-        md.update(&response(vec![gone]), now);
-        assert!(md.topic("t").is_none());
+        forget_t(&mut md);
 
         // The deposed leader's answer, with and without the topic's id.
         for id in [7, 0] {
-            md.update(
-                &response(vec![with_id(vec![partition(0, 1, 0, &[1, 2])], id)]),
-                now,
-            );
+            answer_t(&mut md, id, partition(0, 1, 0, &[1, 2]));
             assert_eq!(md.leader(&tp0), None, "topic id {id}");
             assert_eq!(md.partition(&tp0).map(|p| p.leader_epoch), Some(1));
         }
         // Its successor's hint and answers move it on.
         assert!(md.apply_leader_hint(&tp0, 3, 2));
         assert_eq!(md.leader(&tp0), Some((3, 2)));
-        md.update(
-            &response(vec![with_id(vec![partition(0, 2, 1, &[1, 2])], 7)]),
-            now,
-        );
+        answer_t(&mut md, 7, partition(0, 2, 1, &[1, 2]));
         assert_eq!(md.leader(&tp0), Some((3, 2)));
-        md.update(
-            &response(vec![with_id(vec![partition(0, 1, 3, &[1, 2])], 7)]),
-            now,
-        );
+        answer_t(&mut md, 7, partition(0, 1, 3, &[1, 2]));
         assert_eq!(md.leader(&tp0), Some((1, 3)));
     }
 
@@ -433,29 +427,13 @@ pub(crate) mod tests {
     /// its partitions back.
     #[test]
     fn a_topic_created_again_starts_its_epochs_over() {
-        let now = Instant::now();
         let tp0 = TopicPartition::new("t", 0);
-        let with_id = |partitions, id| pb::TopicMetadata {
-            topic_id: id,
-            ..topic("t", partitions)
-        };
         let mut md = Metadata::default();
-        md.update(
-            &response(vec![with_id(vec![partition(0, 1, 5, &[1])], 7)]),
-            now,
-        );
-        md.update(
-            &response(vec![with_id(vec![partition(0, 2, 0, &[2])], 40)]),
-            now,
-        );
+        answer_t(&mut md, 7, partition(0, 1, 5, &[1]));
+        answer_t(&mut md, 40, partition(0, 2, 0, &[2]));
         assert_eq!(md.leader(&tp0), Some((2, 0)));
-        let mut gone = topic("t", vec![]);
-        gone.error_code = ErrorCode::UnknownTopicOrPartition as i32;
-        md.update(&response(vec![gone]), now);
-        md.update(
-            &response(vec![with_id(vec![partition(0, 3, 0, &[3])], 90)]),
-            now,
-        );
+        forget_t(&mut md);
+        answer_t(&mut md, 90, partition(0, 3, 0, &[3]));
         assert_eq!(md.leader(&tp0), Some((3, 0)));
     }
 
