@@ -751,6 +751,13 @@ impl Accumulator {
         self.incomplete.remove(&batch.id);
     }
 
+    /// A batch's outcome is delivered: [`Accumulator::completed`], then its
+    /// buffer kept for a later batch ([`Accumulator::recycle`]).
+    pub(crate) fn finished(&mut self, batch: ProducerBatch) {
+        self.completed(&batch);
+        self.recycle(batch);
+    }
+
     /// Keeps a completed batch's buffer for a later batch, if nothing else
     /// holds its bytes any more (the request that carried them is written) and
     /// fewer than [`SPARE_BUFFERS_MAX`] are kept. A new batch's buffer would

@@ -301,7 +301,7 @@ mod tests {
     use super::*;
     use futures::SinkExt;
     use pb::{request, response};
-    use tokio_util::codec::FramedWrite;
+    use tokio_util::codec::{FramedWrite, LengthDelimitedCodec};
 
     /// A fake peer that answers Metadata requests in reverse order of arrival, two at
     /// a time, echoing the correlation id in `cluster_id`.
@@ -326,6 +326,36 @@ mod tests {
                 }
             }
         }
+    }
+
+    type PeerRead = FramedRead<tokio::io::ReadHalf<tokio::io::DuplexStream>, LengthDelimitedCodec>;
+    type PeerWrite =
+        FramedWrite<tokio::io::WriteHalf<tokio::io::DuplexStream>, LengthDelimitedCodec>;
+
+    /// A fake peer's two framed halves.
+    fn peer_frames(
+        r: tokio::io::ReadHalf<tokio::io::DuplexStream>,
+        w: tokio::io::WriteHalf<tokio::io::DuplexStream>,
+    ) -> (PeerRead, PeerWrite) {
+        (
+            FramedRead::new(r, frame::codec(1 << 20)),
+            FramedWrite::new(w, frame::codec(1 << 20)),
+        )
+    }
+
+    /// Reads the next request and answers it with `body`; returns the request.
+    async fn answer_next(
+        frames: &mut PeerRead,
+        sink: &mut PeerWrite,
+        body: response::Body,
+    ) -> pb::Request {
+        let req = frame::decode_request(frames.next().await.unwrap().unwrap().freeze()).unwrap();
+        let resp = pb::Response {
+            correlation_id: req.correlation_id,
+            body: Some(body),
+        };
+        sink.send(frame::encode(&resp)).await.unwrap();
+        req
     }
 
     fn metadata() -> request::Body {
@@ -366,16 +396,9 @@ mod tests {
             }],
         };
         let peer = tokio::spawn(async move {
-            let mut frames = FramedRead::new(r, frame::codec(1 << 20));
-            let mut sink = FramedWrite::new(w, frame::codec(1 << 20));
-            let req =
-                frame::decode_request(frames.next().await.unwrap().unwrap().freeze()).unwrap();
-            let resp = pb::Response {
-                correlation_id: req.correlation_id,
-                body: Some(response::Body::Produce(pb::ProduceResponse::default())),
-            };
-            sink.send(frame::encode(&resp)).await.unwrap();
-            req
+            let (mut frames, mut sink) = peer_frames(r, w);
+            let body = response::Body::Produce(pb::ProduceResponse::default());
+            answer_next(&mut frames, &mut sink, body).await
         });
         conn.send(request::Body::Produce(produce.clone()))
             .await
@@ -413,15 +436,9 @@ mod tests {
         let (r, w) = tokio::io::split(b);
         let conn = Connection::from_stream(a, "peer", "test", 1 << 20);
         let peer = tokio::spawn(async move {
-            let mut frames = FramedRead::new(r, frame::codec(1 << 20));
-            let mut sink = FramedWrite::new(w, frame::codec(1 << 20));
-            let req =
-                frame::decode_request(frames.next().await.unwrap().unwrap().freeze()).unwrap();
-            let resp = pb::Response {
-                correlation_id: req.correlation_id,
-                body: Some(response::Body::Metadata(pb::MetadataResponse::default())),
-            };
-            sink.send(frame::encode(&resp)).await.unwrap();
+            let (mut frames, mut sink) = peer_frames(r, w);
+            let body = response::Body::Metadata(pb::MetadataResponse::default());
+            answer_next(&mut frames, &mut sink, body).await;
             // Takes the next request and hangs up.
             let _ = frames.next().await;
         });

@@ -403,9 +403,7 @@ impl Sender {
             Ok(None) => {
                 for mut batch in done.batches {
                     batch.complete_unacknowledged();
-                    let mut state = self.shared.state.lock();
-                    state.accumulator.completed(&batch);
-                    state.accumulator.recycle(batch);
+                    self.shared.state.lock().accumulator.finished(batch);
                 }
             }
             Ok(Some(response)) => self.handle_response(done.batches, &response, now),
@@ -449,9 +447,7 @@ impl Sender {
             let code = ErrorCode::from_wire(answer.error_code);
             if code == ErrorCode::None {
                 batch.complete(answer);
-                let mut state = self.shared.state.lock();
-                state.accumulator.completed(&batch);
-                state.accumulator.recycle(batch);
+                self.shared.state.lock().accumulator.finished(batch);
                 continue;
             }
             tracing::debug!(tp = %batch.tp, %code, attempt = batch.attempts, "produce error");
@@ -508,9 +504,7 @@ impl Sender {
                 // Outside the lock: callbacks run arbitrary code.
                 drop(state);
                 batch.fail(&error);
-                let mut state = self.shared.state.lock();
-                state.accumulator.completed(&batch);
-                state.accumulator.recycle(batch);
+                self.shared.state.lock().accumulator.finished(batch);
             }
         }
     }
