@@ -95,6 +95,26 @@ pub struct ReplicaManager {
     /// Told when a check is queued before every other: the timer that polls
     /// the queue sleeps until the earliest.
     shrink_check_earlier: tokio::sync::Notify,
+    /// What the last flush walk saw (see [`ReplicaManager::flush_due`]).
+    flush_walk: parking_lot::Mutex<FlushWalk>,
+}
+
+/// The last walk of [`ReplicaManager::flush_due`]: the log crate's attention
+/// counter before it, and whether it met a log whose policy fsyncs by time or
+/// count. With neither a move of the counter nor such a log, the next walk
+/// would find nothing to flush and no failed log, and is skipped.
+#[derive(Debug, Default)]
+struct FlushWalk {
+    attention: Option<u64>,
+    some_log_flushes: bool,
+}
+
+impl FlushWalk {
+    /// Whether a walk is needed now, the counter reading `attention`.
+    #[must_use]
+    fn needed(&self, attention: u64) -> bool {
+        self.some_log_flushes || self.attention != Some(attention)
+    }
 }
 
 use syncline_proto::wall_clock_ms;
@@ -127,6 +147,7 @@ impl ReplicaManager {
             isr_requests,
             metrics,
             open_failure: parking_lot::Mutex::new(None),
+            flush_walk: parking_lot::Mutex::default(),
             shrink_checks: parking_lot::Mutex::new(BTreeSet::new()),
             shrink_check_earlier: tokio::sync::Notify::new(),
         }
@@ -1081,14 +1102,30 @@ impl ReplicaManager {
     /// failed, or could not be opened for an I/O error, and why (the first
     /// found): its files may not hold what the broker believes, and only a
     /// restart (recovery) can tell. One walk over the partitions does both.
+    ///
+    /// The walk is skipped while it would find nothing (see [`FlushWalk`]).
     pub(crate) fn flush_due(&self) -> Option<(TopicPartition, String)> {
-        let now_ms = wall_clock_ms();
         let mut failed = self.open_failure.lock().clone();
+        // Read before the walk: a log failing during it moves the counter past
+        // this reading, and the next call walks again.
+        let attention = syncline_log::attention();
+        let mut walk = self.flush_walk.lock();
+        if !walk.needed(attention) {
+            return failed;
+        }
+        let now_ms = wall_clock_ms();
+        let mut some_log_flushes = false;
         for p in self.all_partitions() {
-            if let Some(why) = p.flush_if_due(now_ms) {
+            let (why, flushes) = p.flush_if_due(now_ms);
+            some_log_flushes |= flushes;
+            if let Some(why) = why {
                 failed.get_or_insert_with(|| (p.tp.clone(), why));
             }
         }
+        *walk = FlushWalk {
+            attention: Some(attention),
+            some_log_flushes,
+        };
         failed
     }
 
@@ -1186,6 +1223,51 @@ mod tests {
             );
         }
         assert!(check_names(&request(vec![state("orders", -1)], None)).is_err());
+    }
+
+    #[test]
+    fn the_flush_walk_is_skipped_until_a_log_may_need_it() {
+        let walk = |attention, some_log_flushes| FlushWalk {
+            attention,
+            some_log_flushes,
+        };
+        for (last, counter, needed, why) in [
+            (walk(None, false), 5, true, "never walked"),
+            (
+                walk(Some(5), false),
+                5,
+                false,
+                "nothing moved, no log flushes",
+            ),
+            (
+                walk(Some(5), false),
+                6,
+                true,
+                "a log failed, or one that flushes opened",
+            ),
+            (
+                walk(Some(5), true),
+                5,
+                true,
+                "a log fsyncs by time or count",
+            ),
+        ] {
+            assert_eq!(last.needed(counter), needed, "{why}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_flush_walk_notes_whether_some_log_flushes() {
+        for (extra, flushes) in [("", false), ("flush_ms = 1000", true)] {
+            let dir = tempfile::tempdir().unwrap();
+            let (tx, _rx) = mpsc::unbounded_channel();
+            let rm = replica_manager_with(dir.path(), tx, extra);
+            lead(&rm);
+            assert_eq!(rm.flush_due(), None);
+            let walk = rm.flush_walk.lock();
+            assert!(walk.attention.is_some(), "{extra:?}: walked");
+            assert_eq!(walk.some_log_flushes, flushes, "{extra:?}");
+        }
     }
 
     /// A replica manager for broker 1 whose AlterPartition sender is `isr_requests`.

@@ -45,6 +45,12 @@ impl Default for LogConfig {
 }
 
 impl LogConfig {
+    /// Whether this policy ever fsyncs by time or count (the default never
+    /// does): a log with it needs the periodic flush check.
+    pub fn flushes(&self) -> bool {
+        self.flush_ms != u64::MAX || self.flush_messages != u64::MAX
+    }
+
     pub(crate) fn validate(&self) -> Result<(), LogError> {
         let bad = |what: String| Err(LogError::InvalidConfig(what));
         // A segment must hold at least one batch header.

@@ -61,7 +61,7 @@ mod segment;
 pub use config::LogConfig;
 pub use epoch_cache::{EpochEntry, LeaderEpochCache};
 pub use error::LogError;
-pub use log::{AppendInfo, Log, ReadInfo, RetentionInfo, TimestampOffset};
+pub use log::{attention, AppendInfo, Log, ReadInfo, RetentionInfo, TimestampOffset};
 pub use producer_state::{
     BatchRef, ProducerEntry, ProducerStates, SequenceCheck, SequenceError, BATCHES_PER_PRODUCER,
 };

@@ -3,6 +3,7 @@
 //! resume without revalidating everything.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use bytes::{Bytes, BytesMut};
@@ -21,6 +22,26 @@ use crate::segment::{
     check_header, parse_segment_file, remove_segment_files, segment_file, PendingBatch, Segment,
 };
 use crate::{LogConfig, LogError};
+
+/// Moves whenever some log of this process may need a periodic flush check: one
+/// failed (see [`Log::failure`]), or one was opened or reconfigured with a
+/// flush policy that fsyncs by time or count. A broker's periodic walk over its
+/// logs can be skipped while this has not moved and its last walk found no log
+/// with such a policy: with the default policy (never) an idle broker then
+/// visits none of its thousands of logs. Process-wide: a move caused by another
+/// broker of the same process (the simulation) only costs a walk that finds
+/// nothing.
+static ATTENTION: AtomicU64 = AtomicU64::new(0);
+
+/// The current value of the attention counter (see [`ATTENTION`]): read it
+/// before a walk, and walk again when it differs.
+pub fn attention() -> u64 {
+    ATTENTION.load(Ordering::Acquire)
+}
+
+fn ask_for_attention() {
+    ATTENTION.fetch_add(1, Ordering::AcqRel);
+}
 
 /// What an append wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,6 +141,9 @@ impl Log {
     /// when needed, and recovers it (see the crate documentation).
     pub fn open(dir: &Path, config: LogConfig) -> Result<Log, LogError> {
         config.validate()?;
+        if config.flushes() {
+            ask_for_attention();
+        }
         let recovered = recover_dir(dir, &config)?;
         let mut log = Log {
             dir: dir.to_path_buf(),
@@ -277,6 +301,9 @@ impl Log {
     /// retention pass; segments already written stay as they are.
     pub fn set_config(&mut self, config: LogConfig) {
         self.config = config;
+        if self.config.flushes() {
+            ask_for_attention();
+        }
     }
 
     /// Why the log is failed (an fsync or the undo of a partial write failed,
@@ -340,6 +367,7 @@ impl Log {
         if self.failed.is_none() {
             tracing::error!(dir = %self.dir.display(), %error, "log failed; it must be reopened");
             self.failed = Some(error.to_string());
+            ask_for_attention();
         }
     }
 

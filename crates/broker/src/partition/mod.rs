@@ -841,13 +841,14 @@ impl Partition {
     }
 
     /// Runs the flush policy (`flush_ms`); returns why the log failed, if it
-    /// did (see [`Partition::log_failure`]), found under the same lock.
-    pub fn flush_if_due(&self, now_ms: i64) -> Option<String> {
+    /// did (see [`Partition::log_failure`]), found under the same lock, and
+    /// whether the log's policy ever fsyncs by time or count.
+    pub fn flush_if_due(&self, now_ms: i64) -> (Option<String>, bool) {
         let mut log = self.log.write();
         if let Err(e) = log.flush_if_due(now_ms) {
             tracing::warn!(partition = %self.tp, error = %e, "flush failed");
         }
-        log.failure().map(str::to_string)
+        (log.failure().map(str::to_string), log.config().flushes())
     }
 
     /// Runs retention, below the high watermark only, and forgets idempotent
