@@ -183,7 +183,17 @@ impl MetadataCache {
     }
 
     fn have_leaders(&self, topics: &[String]) -> bool {
-        let _applied = self.update.lock();
+        // An announcement being applied (cached, its logs not all created yet)
+        // counts as "not yet", and its end wakes the waiters to look again
+        // (`notify_applied`). Never wait for the lock: this runs on a runtime
+        // worker, and applying an announcement that creates thousands of logs
+        // holds it for seconds. Waiting here blocked a worker for all that time,
+        // the co-located controller and its quorum stalled behind it, and the
+        // quorum moved to another voter: a 3,000-partition CreateTopics ended in
+        // NOT_CONTROLLER, and its retry in TOPIC_ALREADY_EXISTS.
+        let Some(_applied) = self.update.try_lock() else {
+            return false;
+        };
         let image = self.image.read();
         topics.iter().all(|t| {
             image.topics.get(t).is_some_and(|t| {
@@ -711,6 +721,7 @@ impl MetadataCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn ps(
         partition: i32,
@@ -757,6 +768,33 @@ mod tests {
                 .collect(),
             ..Default::default()
         }
+    }
+
+    // The guard held across the waits stands for an apply in progress.
+    #[allow(clippy::await_holding_lock)]
+    #[tokio::test(start_paused = true)]
+    async fn waiting_for_leaders_never_blocks_behind_an_announcement_being_applied() {
+        let c = MetadataCache::new("c");
+        c.apply(&req(vec![ps(0, 1, 1, 1)], false));
+        let topics = ["t".to_string()];
+        // Applying: the wait counts the topic as not led yet, and returns at its
+        // deadline (it used to wait for the lock, here for ever).
+        let applying = c.lock_for_update();
+        let wait = Duration::from_millis(100);
+        assert!(!c.wait_for_leaders(&topics, wait).await);
+        drop(applying);
+        assert!(c.wait_for_leaders(&topics, wait).await);
+        // A wait that began during an apply sees its end.
+        let applying = c.lock_for_update();
+        let (waited, ()) = tokio::join!(
+            c.wait_for_leaders(&topics, Duration::from_secs(60)),
+            async {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                drop(applying);
+                c.notify_applied();
+            }
+        );
+        assert!(waited);
     }
 
     #[test]

@@ -828,7 +828,7 @@ impl ReplicaManager {
         &self,
         req: &pb::LeaderAndIsrRequest,
     ) -> pb::LeaderAndIsrResponse {
-        let _serial = self.metadata.lock_for_update();
+        let serial = self.metadata.lock_for_update();
         let refuse = |code: ErrorCode| pb::LeaderAndIsrResponse {
             error_code: code as i32,
             partition_errors: vec![],
@@ -913,6 +913,9 @@ impl ReplicaManager {
         if req.full {
             self.delete_strays();
         }
+        // Unlocked first: the woken waiters look again at once (see
+        // `MetadataCache::have_leaders`).
+        drop(serial);
         self.metadata.notify_applied();
         pb::LeaderAndIsrResponse {
             error_code: ErrorCode::None as i32,
