@@ -291,7 +291,7 @@ async fn send_loop(
                     }
                     Outcome::Ok {
                         offset: meta.offset,
-                        acked_isr: meta.acked_isr,
+                        acked_isr: meta.acked_isr.to_vec(),
                     }
                 }
                 Err(e) => classify(&e),

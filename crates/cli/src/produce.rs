@@ -35,7 +35,7 @@ impl Tally {
             Ok(md) => {
                 self.acknowledged += 1;
                 if acks == Acks::All && md.is_under_replicated() {
-                    let mut isr = md.acked_isr;
+                    let mut isr = md.acked_isr.to_vec();
                     isr.sort_unstable();
                     *self
                         .weakened
@@ -101,7 +101,7 @@ fn plural<'a>(n: u64, one: &'a str, many: &'a str) -> &'a str {
 
 /// `produce --print-metadata`'s line for one acknowledged record.
 pub(crate) fn metadata_line(md: &RecordMetadata) -> String {
-    let mut isr = md.acked_isr.clone();
+    let mut isr = md.acked_isr.to_vec();
     isr.sort_unstable();
     let acked_by = if isr.is_empty() {
         "-".to_string()
@@ -246,7 +246,7 @@ mod tests {
             topic: "t".into(),
             partition: 0,
             offset: 0,
-            acked_isr: isr.to_vec(),
+            acked_isr: isr.into(),
             replication_factor: rf,
             timestamp: 0,
         })
@@ -307,7 +307,7 @@ mod tests {
         md.partition = 2;
         md.offset = 41;
         assert_eq!(metadata_line(&md), "Partition:2\tOffset:41\tAckedBy:1,3");
-        md.acked_isr.clear();
+        md.acked_isr = [].into();
         assert_eq!(metadata_line(&md), "Partition:2\tOffset:41\tAckedBy:-");
     }
 

@@ -10,6 +10,7 @@
 //! `max_request_size`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -248,6 +249,8 @@ impl ProducerBatch {
 
     /// Acknowledges every record: offsets are `base_offset` + the record's index.
     pub(crate) fn complete(&mut self, response: &pb::ProducePartitionResponse) {
+        // One allocation per batch, not per record.
+        let acked_isr: Arc<[i32]> = response.acked_isr.as_slice().into();
         for (index, record) in std::mem::take(&mut self.records).into_iter().enumerate() {
             let timestamp = if response.log_append_time_ms > 0 {
                 response.log_append_time_ms
@@ -255,10 +258,10 @@ impl ProducerBatch {
                 record.timestamp
             };
             record.done.deliver(Ok(RecordMetadata {
-                topic: self.tp.topic.to_string(),
+                topic: self.tp.topic.clone(),
                 partition: self.tp.partition,
                 offset: response.base_offset + index as i64,
-                acked_isr: response.acked_isr.clone(),
+                acked_isr: acked_isr.clone(),
                 replication_factor: response.replication_factor,
                 timestamp,
             }));
@@ -269,10 +272,10 @@ impl ProducerBatch {
     pub(crate) fn complete_unacknowledged(&mut self) {
         for record in std::mem::take(&mut self.records) {
             record.done.deliver(Ok(RecordMetadata {
-                topic: self.tp.topic.to_string(),
+                topic: self.tp.topic.clone(),
                 partition: self.tp.partition,
                 offset: -1,
-                acked_isr: Vec::new(),
+                acked_isr: Arc::from([]),
                 replication_factor: 0,
                 timestamp: record.timestamp,
             }));
@@ -550,14 +553,15 @@ impl Accumulator {
         }
     }
 
-    /// Appends a record to the partition's open batch, or to a new one.
+    /// Appends a record to the partition's open batch, or to a new one (created
+    /// at `now()`: the clock is read only for a new batch).
     pub(crate) fn append(
         &mut self,
         tp: &TopicPartition,
         record: RecordFields<'_>,
         reservation: Reservation,
         done: impl Into<DeliverySender>,
-        now: Instant,
+        now: impl FnOnce() -> Instant,
     ) -> Appended {
         let batch_size = self.config.batch_size;
         // Look up before inserting: the key is cloned only for a new partition.
@@ -584,7 +588,7 @@ impl Accumulator {
                 tp.clone(),
                 builder,
                 self.config.compression,
-                now,
+                now(),
             ));
         }
         let batch = queue.back_mut().expect("a batch was just ensured");
@@ -899,7 +903,7 @@ mod tests {
             value: Some(v),
             headers: &[],
         };
-        (acc.append(tp, fields, Reservation::empty(), tx, now), rx)
+        (acc.append(tp, fields, Reservation::empty(), tx, || now), rx)
     }
 
     fn leaders(tp: &TopicPartition) -> Option<(i32, i32)> {
@@ -1345,8 +1349,8 @@ mod tests {
         for (i, rx) in rxs.into_iter().enumerate() {
             let md = rx.await.unwrap().unwrap();
             assert_eq!(md.offset, 40 + i as i64);
-            assert_eq!((md.topic.as_str(), md.partition), ("t", 0));
-            assert_eq!(md.acked_isr, [1, 2]);
+            assert_eq!((&*md.topic, md.partition), ("t", 0));
+            assert_eq!(*md.acked_isr, [1, 2]);
             assert!(md.is_under_replicated());
             assert_eq!(md.timestamp, 1_000);
         }
@@ -1368,7 +1372,7 @@ mod tests {
                 value: Some(&v),
                 headers: &[],
             };
-            acc.append(&tp, fields, r, tx, t0);
+            acc.append(&tp, fields, r, tx, || t0);
         }
         assert_eq!(pool.available(), 800);
         let mut batch = acc.drain(1, leaders, 1 << 20, t0 + 5 * MS).pop().unwrap();

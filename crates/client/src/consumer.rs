@@ -658,7 +658,7 @@ pub(crate) fn decode_records(
             }
             let slice = |s: &[u8]| backing.slice_ref(s);
             out.push(ConsumerRecord {
-                topic: tp.topic.to_string(),
+                topic: tp.topic.clone(),
                 partition: tp.partition,
                 offset: record.offset,
                 timestamp: record.timestamp,
@@ -760,10 +760,7 @@ mod tests {
         assert_eq!(got, [(12, &b"c"[..]), (13, b"d"), (14, b"e")]);
         assert_eq!(next, Some(15));
         let r = &records[0];
-        assert_eq!(
-            (r.topic.as_str(), r.partition, r.timestamp),
-            ("t", 2, 1_002)
-        );
+        assert_eq!((&*r.topic, r.partition, r.timestamp), ("t", 2, 1_002));
         assert_eq!(r.key.as_deref(), Some(&b"k2"[..]));
         assert_eq!(
             r.headers,

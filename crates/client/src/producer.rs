@@ -380,7 +380,7 @@ impl Producer {
             };
             state
                 .accumulator
-                .append(&tp, fields, reservation, done, Instant::now())
+                .append(&tp, fields, reservation, done, Instant::now)
         };
         if appended.new_batch || appended.batch_full || closed_full_batch {
             shared.wake.notify_one();
@@ -560,7 +560,7 @@ mod tests {
             let md = ack.await.unwrap();
             assert_eq!((md.partition, md.offset), (1, 40 + i as i64));
             assert_eq!(
-                (md.acked_isr.clone(), md.replication_factor),
+                (md.acked_isr.to_vec(), md.replication_factor),
                 (vec![1, 2], 3)
             );
             assert!(md.is_under_replicated());

@@ -1,6 +1,8 @@
 //! Records as the application sees them: what it produces, what an
 //! acknowledgement tells it, what it consumes.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 /// A record header: a key and an optional value.
@@ -74,15 +76,16 @@ impl ProducerRecord {
 /// Where an acknowledged record was written, and on what the acknowledgement rests.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordMetadata {
-    /// Topic.
-    pub topic: String,
+    /// Topic (shared by every record of its batch).
+    pub topic: Arc<str>,
     /// Partition.
     pub partition: i32,
     /// The record's offset; `-1` with `acks=0` (no response tells it).
     pub offset: i64,
     /// The broker ids whose copies the acknowledgement rests on: with `acks=all`
     /// the ISR at the time, with `acks=1` the leader alone, empty with `acks=0`.
-    pub acked_isr: Vec<i32>,
+    /// Shared by every record of its batch.
+    pub acked_isr: Arc<[i32]>,
     /// The partition's replication factor (0 with `acks=0`). `acked_isr.len() <
     /// replication_factor` means a weaker guarantee than the topic was created for.
     pub replication_factor: i32,
@@ -101,8 +104,8 @@ impl RecordMetadata {
 /// A record read by a consumer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerRecord {
-    /// Topic.
-    pub topic: String,
+    /// Topic (shared by every record read from it).
+    pub topic: Arc<str>,
     /// Partition.
     pub partition: i32,
     /// Offset in the partition.

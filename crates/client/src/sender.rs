@@ -656,7 +656,13 @@ mod tests {
                     value: Some(b"v"),
                     headers: &[],
                 };
-                acc.append(&TopicPartition::new(t, p), f, Reservation::empty(), tx, now);
+                acc.append(
+                    &TopicPartition::new(t, p),
+                    f,
+                    Reservation::empty(),
+                    tx,
+                    || now,
+                );
             }
             let mut batches = acc.drain(1, |tp| Some((1, 10 + tp.partition)), 1 << 20, now);
             let req = produce_request(Acks::All, 30_000, &mut batches);
