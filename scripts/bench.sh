@@ -278,18 +278,23 @@ if [ "$mode" = full ] && [ -f "$shared_floor" ]; then
     CARGO_TARGET_DIR="$repo/target/rf3-floor" bash "$shared_floor" 1048576 1048576 > /dev/null ||
         floor_source="rf3-floor (crates/e2e/src/bin/rf3-floor.rs)"
 fi
-measure_floor() { # output file
+# measure_floor OUT: one floor run, its line to OUT and its CPU-seconds (the
+# whole floor process: producer, leader and followers, all in the kernel but
+# for a few ms; with the shared tool, also its `cargo build` finding nothing to
+# do, about 0.06 s) to OUT.cpu.
+measure_floor() {
     local line=""
     settle
     if [ "$floor_source" = "shared/tools/rf3-floor" ]; then
-        if ! line="$(CARGO_TARGET_DIR="$repo/target/rf3-floor" bash "$shared_floor" "$bytes" 1048576 | tail -1)"; then
+        if ! line="$(CARGO_TARGET_DIR="$repo/target/rf3-floor" python3 "$repo/scripts/bench/cputime.py" "$1.cpu" \
+            bash "$shared_floor" "$bytes" 1048576 | tail -1)"; then
             echo "    warning: $shared_floor failed; measuring with the project's own rf3-floor instead"
             floor_source="rf3-floor (crates/e2e/src/bin/rf3-floor.rs)"
             line=""
         fi
     fi
     if [ -z "$line" ]; then
-        line="$("$bin/rf3-floor" "$bytes" 1048576 "$work" | tail -1)"
+        line="$(python3 "$repo/scripts/bench/cputime.py" "$1.cpu" "$bin/rf3-floor" "$bytes" 1048576 "$work" | tail -1)"
     fi
     echo "    $line   [$floor_source]"
     echo "$line" > "$1"

@@ -130,8 +130,22 @@ def throughput(label, title, target=("", None)):
     return m
 
 
-rows.append(("(a) floor, RF 3 raw TCP + files", f"{floor:.1f} MB/s{spread(floors)}", "1.00", "",
-             f"{before['floor']:.1f} MB/s" if before else "", "", None))
+# The floor's CPU is one process doing a client's and three brokers' work: it
+# compares with (b)'s brokers + client together.
+floor_cpus = [c for c in (cpu_of(f"floor-{r}.txt.cpu") for r in reps) if c is not None]
+floor_cpu_gb = statistics.median(floor_cpus) / gb if floor_cpus else None
+b_cpu_total = None
+if phases["b"].cpu_per_gb("broker") is not None and phases["b"].cpu_per_gb("client") is not None:
+    b_cpu_total = phases["b"].cpu_per_gb("broker") + phases["b"].cpu_per_gb("client")
+floor_cpu_text = ""
+if floor_cpu_gb is not None:
+    floor_cpu_text = f"{floor_cpu_gb:.2f} (all hops)"
+    if b_cpu_total is not None:
+        floor_cpu_text += f"; (b) all: {b_cpu_total:.2f} = {b_cpu_total / floor_cpu_gb:.2f} ×"
+summary["floor_cpu_gb"] = floor_cpu_gb
+rows.append(("(a) floor, RF 3 raw TCP + files", f"{floor:.1f} MB/s{spread(floors)}", "1.00", floor_cpu_text,
+             f"{before['floor']:.1f} MB/s" + (f"; {before['floor_cpu_gb']:.2f}" if before.get("floor_cpu_gb") else "")
+             if before else "", "", None))
 b_mbs = statistics.median(phases["b"].mbs())
 throughput("b", "(b) RF 3 acks=all, 1 KiB", ("≥ 0.5 × floor (stretch 0.7)", b_mbs >= 0.5 * floor))
 if before and "b" in before["figures"]:
@@ -314,7 +328,9 @@ lowest and highest in brackets. {cache_line}. Ratios are to the floor's median
 (its runs: {floor_runs} MB/s; {drift}: the further from 1.00, the more the
 machine itself changed during the run). CPU-seconds per GB are per 10^9 bytes
 of records: the three brokers together (from `/proc/PID/stat`) and the client
-process (getrusage), each the median of the runs.
+process (getrusage), each the median of the runs; the floor's is its one
+process doing every hop (producer, leader, two followers), to compare with
+(b)'s brokers and client together.
 {before_line}
 ![throughput and latency](img/benchmarks.png)
 
