@@ -5,6 +5,7 @@
 //! bounded version.
 
 pub mod checker;
+pub mod final_read;
 pub mod history;
 pub mod nemesis;
 pub mod net;

@@ -13,11 +13,12 @@ use syncline_e2e::{Cluster, Layout};
 use tokio::time::Instant;
 
 use crate::checker::{check, Promise, Verdict};
+use crate::final_read::{read_final, ClientIds, FinalRead};
 use crate::history::{Final, History};
 use crate::nemesis::{schedule, FaultKind, Planned, Target};
 use crate::net::{Firewall, Link};
 use crate::power::Disk;
-use crate::workload::{leader_of, read_to_high_watermark, Brokers, Spec, Workload};
+use crate::workload::{leader_of, Brokers, Spec, Workload};
 
 /// What the run's settings promise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -348,37 +349,23 @@ impl Rig {
         }
     }
 
-    /// Every record of `partition` up to its high watermark, from its leader.
+    /// Partition `partition` up to its high watermark from its leader, once
+    /// that is the leader's whole log, or as it is when `timeout` runs out
+    /// (see [`FinalRead::uncommitted`]).
     pub async fn read_partition(
         &self,
         partition: i32,
         timeout: Duration,
-    ) -> anyhow::Result<Vec<(i64, String)>> {
-        let start = Instant::now();
-        loop {
-            match self.read_once(partition).await {
-                Ok(records) => return Ok(records),
-                Err(e) if start.elapsed() > timeout => {
-                    return Err(e.context(format!("reading partition {partition}")))
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-            }
-        }
-    }
-
-    async fn read_once(&self, partition: i32) -> anyhow::Result<Vec<(i64, String)>> {
-        let (leader, epoch) = leader_of(&self.brokers, TOPIC, partition)
-            .await
-            .ok_or_else(|| anyhow::anyhow!("no leader"))?;
-        let addr = &self.cluster.node(leader).addr();
-        let conn =
-            syncline_client::Connection::connect(addr, "chaos-final", Duration::from_secs(2))
-                .await?;
-        Ok(read_to_high_watermark(&conn, TOPIC, partition, epoch)
-            .await?
-            .0)
+    ) -> anyhow::Result<FinalRead> {
+        read_final(&self.brokers, TOPIC, partition, FINAL_READ, timeout).await
     }
 }
+
+/// The client ids of the final reads.
+const FINAL_READ: ClientIds = ClientIds {
+    describe: "chaos-final",
+    fetch: "chaos-final",
+};
 
 /// The disks' images are in `<temp>/syncline-chaos-disks-<pid>-<random>/`.
 const IMAGE_PREFIX: &str = "syncline-chaos-disks-";
@@ -759,11 +746,17 @@ impl Session {
         let _ = rig.wait_whole(Duration::from_secs(60)).await;
         let mut logs = BTreeMap::new();
         let mut ends = BTreeMap::new();
+        let mut uncommitted = Vec::new();
+        let bound = Duration::from_secs(30);
         for p in 0..self.setup.partitions {
-            let log = rig.read_partition(p, Duration::from_secs(30)).await?;
-            ends.insert(p, log.last().map_or(0, |(o, _)| o + 1));
-            logs.insert(p, log);
+            let read = rig.read_partition(p, bound).await?;
+            if let Some(why) = read.uncommitted() {
+                uncommitted.push(format!("partition {p}: {why} for {bound:?}"));
+            }
+            ends.insert(p, read.records.last().map_or(0, |(o, _)| o + 1));
+            logs.insert(p, read.records);
         }
+        let healed = not_healed_if_uncommitted(healed, &uncommitted);
         let history: History = self
             .workload
             .finish_consumers(ends, Duration::from_secs(30), sends)
@@ -822,6 +815,23 @@ impl Rig {
             }
         }
         println!("broker logs kept in {}", to.display());
+    }
+}
+
+/// `healed`, unless a partition's final read still had records above its
+/// high watermark when its bound ran out (`uncommitted`, one line each): then
+/// the cluster is not healed, and that is why (after what else was missing).
+fn not_healed_if_uncommitted(
+    healed: Result<Duration, String>,
+    uncommitted: &[String],
+) -> Result<Duration, String> {
+    if uncommitted.is_empty() {
+        return healed;
+    }
+    let why = uncommitted.join(", ");
+    match healed {
+        Ok(_) => Err(why),
+        Err(e) => Err(format!("{e}; {why}")),
     }
 }
 
@@ -900,6 +910,39 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
 mod tests {
     use super::*;
     use std::path::Path;
+
+    #[test]
+    fn a_partition_whose_final_read_stayed_uncommitted_is_not_healed() {
+        let behind =
+            "partition 1: the leader's high watermark 57 stayed below its log end 58 for 30s";
+        let healed = Ok(Duration::from_secs(3));
+        let missing = Err("no full ISR within 30s".to_string());
+        // (healed before the final reads, uncommitted partitions, healed after)
+        type Healed = Result<Duration, String>;
+        let cases: Vec<(Healed, Vec<&str>, Healed)> = vec![
+            (healed.clone(), vec![], healed.clone()),
+            (missing.clone(), vec![], missing.clone()),
+            (healed.clone(), vec![behind], Err(behind.into())),
+            (
+                healed.clone(),
+                vec![behind, "partition 2: behind too"],
+                Err(format!("{behind}, partition 2: behind too")),
+            ),
+            (
+                missing.clone(),
+                vec![behind],
+                Err(format!("no full ISR within 30s; {behind}")),
+            ),
+        ];
+        for (before, uncommitted, after) in cases {
+            let uncommitted: Vec<String> = uncommitted.into_iter().map(String::from).collect();
+            assert_eq!(
+                not_healed_if_uncommitted(before.clone(), &uncommitted),
+                after,
+                "{before:?} with {uncommitted:?}"
+            );
+        }
+    }
 
     #[test]
     fn only_images_of_gone_processes_are_stale() {

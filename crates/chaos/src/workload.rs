@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use crate::history::{HighWatermark, History, Outcome, Poll, Reset, Send};
 
 /// One request's bound: a paused broker accepts connections and never answers.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What the workload does.
 #[derive(Debug, Clone)]
@@ -351,6 +351,39 @@ pub async fn leader_of(brokers: &Brokers, topic: &str, partition: i32) -> Option
         }
     }
     None
+}
+
+/// The partitions of `topics` that the broker at `addr` leads, as it describes
+/// them itself (DescribeTopics, its `from_leader` descriptions: with its ISR
+/// and its log end offset), asked as `client_id`; `None` when it does not
+/// answer.
+pub async fn led(
+    addr: &str,
+    client_id: &str,
+    topics: &[&str],
+) -> Option<Vec<(String, pb::PartitionDescription)>> {
+    let conn = Connection::connect(addr, client_id, REQUEST_TIMEOUT)
+        .await
+        .ok()?;
+    let body = Body::DescribeTopics(pb::DescribeTopicsRequest {
+        topics: topics.iter().map(|t| t.to_string()).collect(),
+    });
+    let Ok(Ok(Resp::DescribeTopics(d))) =
+        tokio::time::timeout(REQUEST_TIMEOUT, conn.send(body)).await
+    else {
+        return None;
+    };
+    Some(
+        d.topics
+            .into_iter()
+            .filter(|t| topics.contains(&t.name.as_str()))
+            .flat_map(|t| {
+                let name = t.name;
+                t.partitions.into_iter().map(move |p| (name.clone(), p))
+            })
+            .filter(|(_, p)| p.from_leader)
+            .collect(),
+    )
 }
 
 /// One fetch as a consumer at `offset`, fenced by `epoch`: (records, high

@@ -15,8 +15,9 @@ use syncline_broker::config::TruncationRule;
 use syncline_broker::planted::{self, Bug};
 use syncline_broker::BrokerConfig;
 use syncline_chaos::checker::{self, check, Promise, Verdict, Violation};
+use syncline_chaos::final_read::{read_final, ClientIds};
 use syncline_chaos::history::{Final, History, Outcome as SendOutcome};
-use syncline_chaos::workload::{leader_of, read_to_high_watermark, Brokers, Spec, Workload};
+use syncline_chaos::workload::{leader_of, led, Brokers, Spec, Workload};
 use syncline_client::{Acks, Admin, ClientConfig, Connection, NewTopic};
 use syncline_e2e::checks::FAST_TIMERS;
 use syncline_e2e::inprocess::config_text;
@@ -51,6 +52,13 @@ pub const DEFAULT_PACE: Duration = Duration::from_millis(20);
 pub const DEFAULT_LATENCY: Duration = Duration::from_millis(5);
 /// One request's bound on the client.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// The client id of the leader watch and the health checks.
+const WATCH: &str = "sim-watch";
+/// The client ids of the final reads.
+const FINAL_READ: ClientIds = ClientIds {
+    describe: WATCH,
+    fetch: "sim-final",
+};
 
 /// The brokers' settings: the fault harness' safe settings with the tests'
 /// fast timers, the controller's LeaderAndIsr bound scaled down with them (to
@@ -1037,7 +1045,7 @@ async fn client(
         let mut topic = TopicEnd::default();
         let mut read_to = BTreeMap::new();
         for p in 0..spec.partitions {
-            let read = read_partition(&brokers, &spec.topic, p).await?;
+            let read = read_final(&brokers, &spec.topic, p, FINAL_READ, HEAL_BOUND).await?;
             if let Some(why) = read.uncommitted() {
                 topic.uncommitted.push(format!(
                     "{}-{p}: {why} {HEAL_BOUND:?} after healing",
@@ -1119,35 +1127,9 @@ async fn create_topic(
     Ok(())
 }
 
-/// Each broker's own account of the partitions of `topics` it leads.
-async fn led(addr: &str, topics: &[&str]) -> Option<Vec<(String, pb::PartitionDescription)>> {
-    let conn = Connection::connect(addr, "sim-watch", REQUEST_TIMEOUT)
-        .await
-        .ok()?;
-    let body = Body::DescribeTopics(pb::DescribeTopicsRequest {
-        topics: topics.iter().map(|t| t.to_string()).collect(),
-    });
-    let Ok(Ok(Resp::DescribeTopics(d))) =
-        tokio::time::timeout(REQUEST_TIMEOUT, conn.send(body)).await
-    else {
-        return None;
-    };
-    Some(
-        d.topics
-            .into_iter()
-            .filter(|t| topics.contains(&t.name.as_str()))
-            .flat_map(|t| {
-                let name = t.name;
-                t.partitions.into_iter().map(move |p| (name.clone(), p))
-            })
-            .filter(|(_, p)| p.from_leader)
-            .collect(),
-    )
-}
-
 /// The active controller, as a broker's metadata names it.
 async fn controller_of(addr: &str) -> Option<i32> {
-    let conn = Connection::connect(addr, "sim-watch", REQUEST_TIMEOUT)
+    let conn = Connection::connect(addr, WATCH, REQUEST_TIMEOUT)
         .await
         .ok()?;
     let body = Body::DescribeCluster(pb::DescribeClusterRequest {});
@@ -1186,7 +1168,10 @@ async fn watch_leaders(
             if controller.is_none() {
                 controller = controller_of(addr).await;
             }
-            for (topic, p) in led(addr, &[TOPIC, LATE_TOPIC]).await.unwrap_or_default() {
+            for (topic, p) in led(addr, WATCH, &[TOPIC, LATE_TOPIC])
+                .await
+                .unwrap_or_default()
+            {
                 let first = topic == TOPIC && p.partition == 0;
                 if first && leader0.as_ref().is_none_or(|l| l.1 < p.leader_epoch) {
                     leader0 = Some((*id, p.leader_epoch, p.replicas.clone()));
@@ -1247,7 +1232,7 @@ async fn whole(brokers: &Brokers, topics: &[(&str, i32)]) -> Result<(), String> 
     let names: Vec<&str> = topics.iter().map(|(t, _)| *t).collect();
     let mut views = BTreeMap::new();
     for (_, addr) in brokers {
-        for (topic, p) in led(addr, &names).await.unwrap_or_default() {
+        for (topic, p) in led(addr, WATCH, &names).await.unwrap_or_default() {
             views.insert((topic, p.partition), p);
         }
     }
@@ -1285,105 +1270,10 @@ async fn wait_whole(
     }
 }
 
-/// A partition as its leader serves it at the end of the run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct FinalRead {
-    /// (offset, value) from 0 up to the high watermark.
-    records: Vec<(i64, String)>,
-    leader: i32,
-    high_watermark: i64,
-    /// The leader's log end when it was asked.
-    log_end_offset: i64,
-    replicas: Vec<i32>,
-}
-
-impl FinalRead {
-    /// Why this read is not yet the partition's final log: records above the
-    /// high watermark. Once the producers have stopped, a healed partition
-    /// commits its leader's whole log; until then a read stops short of
-    /// records that become readable later (a broker that stopped as the
-    /// faults ended stays in the ISR until it is fenced or shrunk away, and
-    /// holds the high watermark back meanwhile).
-    fn uncommitted(&self) -> Option<String> {
-        (self.high_watermark < self.log_end_offset).then(|| {
-            format!(
-                "the leader's high watermark {} stayed below its log end {}",
-                self.high_watermark, self.log_end_offset
-            )
-        })
-    }
-}
-
-/// Partition `p` of `topic` up to its high watermark from its leader, once
-/// that is the leader's whole log (see [`FinalRead::uncommitted`]), or as it
-/// is when [`HEAL_BOUND`] runs out.
-async fn read_partition(brokers: &Brokers, topic: &str, p: i32) -> anyhow::Result<FinalRead> {
-    let start = Instant::now();
-    loop {
-        match read_once(brokers, topic, p).await {
-            Ok(read) if read.uncommitted().is_none() || start.elapsed() > HEAL_BOUND => {
-                return Ok(read)
-            }
-            Ok(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-            Err(e) if start.elapsed() > HEAL_BOUND => {
-                return Err(e.context(format!("reading {topic}-{p}")))
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
-}
-
-async fn read_once(brokers: &Brokers, topic: &str, p: i32) -> anyhow::Result<FinalRead> {
-    let (leader, epoch) = leader_of(brokers, topic, p)
-        .await
-        .ok_or_else(|| anyhow::anyhow!("no leader"))?;
-    let addr = &brokers
-        .iter()
-        .find(|(id, _)| *id == leader)
-        .ok_or_else(|| anyhow::anyhow!("leader {leader} is no broker"))?
-        .1;
-    let view = led(addr, &[topic])
-        .await
-        .and_then(|v| {
-            v.into_iter()
-                .map(|(_, d)| d)
-                .find(|d| d.partition == p && d.leader_epoch == epoch)
-        })
-        .ok_or_else(|| anyhow::anyhow!("broker {leader} does not lead {topic}-{p}"))?;
-    let conn = Connection::connect(addr, "sim-final", REQUEST_TIMEOUT).await?;
-    let (records, hw) = read_to_high_watermark(&conn, topic, p, epoch).await?;
-    Ok(FinalRead {
-        records,
-        leader,
-        high_watermark: hw,
-        log_end_offset: view.log_end_offset,
-        replicas: view.replicas,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use syncline_chaos::checker::Kind;
-
-    #[test]
-    fn a_final_read_waits_for_the_leaders_whole_log_to_be_committed() {
-        let read = |high_watermark, log_end_offset| FinalRead {
-            records: Vec::new(),
-            leader: 1,
-            high_watermark,
-            log_end_offset,
-            replicas: vec![1, 2, 3],
-        };
-        // Seed 300494: the log was read at 320 of 325 while a stopped broker
-        // held the high watermark back; the group read 320..324 later.
-        assert_eq!(
-            read(320, 325).uncommitted().as_deref(),
-            Some("the leader's high watermark 320 stayed below its log end 325")
-        );
-        assert_eq!(read(325, 325).uncommitted(), None);
-        assert_eq!(read(0, 0).uncommitted(), None);
-    }
 
     #[test]
     fn a_verdict_shows_the_first_finding_of_every_kind_in_order() {
