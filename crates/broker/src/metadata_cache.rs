@@ -784,12 +784,13 @@ mod tests {
         assert!(!c.wait_for_leaders(&topics, wait).await);
         drop(applying);
         assert!(c.wait_for_leaders(&topics, wait).await);
-        // A wait that began during an apply sees its end.
+        // A wait that began during an apply sees its end: the join polls the
+        // wait first (it finds the apply in progress and waits for news), then
+        // ends the apply.
         let applying = c.lock_for_update();
         let (waited, ()) = tokio::join!(
             c.wait_for_leaders(&topics, Duration::from_secs(60)),
             async {
-                tokio::time::sleep(Duration::from_millis(10)).await;
                 drop(applying);
                 c.notify_applied();
             }

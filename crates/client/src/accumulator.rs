@@ -270,12 +270,13 @@ impl ProducerBatch {
 
     /// Completes every record of an `acks=0` batch: sent, offsets unknown.
     pub(crate) fn complete_unacknowledged(&mut self) {
+        let none: Arc<[i32]> = Arc::from([]);
         for record in std::mem::take(&mut self.records) {
             record.done.deliver(Ok(RecordMetadata {
                 topic: self.tp.topic.clone(),
                 partition: self.tp.partition,
                 offset: -1,
-                acked_isr: Arc::from([]),
+                acked_isr: none.clone(),
                 replication_factor: 0,
                 timestamp: record.timestamp,
             }));
