@@ -36,12 +36,32 @@ pub fn validate_topic_name(name: &str) -> Result<(), String> {
 }
 
 /// A topic partition by name and index; cheap to clone (the topic is shared).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// Ordered by topic name, then partition.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TopicPartition {
     /// The topic name.
     pub topic: Arc<str>,
     /// The partition index, from 0.
     pub partition: i32,
+}
+
+impl Ord for TopicPartition {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        // Keys cloned from one another share their name: no string compare then
+        // (a producer looks its partition up in ordered maps for every record).
+        let topic = if Arc::ptr_eq(&self.topic, &other.topic) {
+            std::cmp::Ordering::Equal
+        } else {
+            self.topic.cmp(&other.topic)
+        };
+        topic.then(self.partition.cmp(&other.partition))
+    }
+}
+
+impl PartialOrd for TopicPartition {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 impl TopicPartition {
@@ -147,6 +167,34 @@ fn clock_offset(value: Option<String>) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn partitions_order_by_name_then_index_whether_or_not_the_name_is_shared() {
+        let shared: Arc<str> = Arc::from("b");
+        let tp = |topic: &Arc<str>, partition| TopicPartition {
+            topic: topic.clone(),
+            partition,
+        };
+        use std::cmp::Ordering::*;
+        for (x, y, want) in [
+            (tp(&shared, 1), tp(&shared, 1), Equal),
+            (tp(&shared, 0), tp(&shared, 1), Less),
+            (tp(&shared, 2), tp(&shared, 1), Greater),
+            (tp(&shared, 1), TopicPartition::new("b", 1), Equal),
+            (tp(&shared, 9), TopicPartition::new("c", 0), Less),
+            (tp(&shared, 0), TopicPartition::new("a", 9), Greater),
+            (
+                TopicPartition::new("b", 0),
+                TopicPartition::new("b", 3),
+                Less,
+            ),
+        ] {
+            assert_eq!(x.cmp(&y), want, "{x} vs {y}");
+            assert_eq!(y.cmp(&x), want.reverse(), "{y} vs {x}");
+            assert_eq!(x.partial_cmp(&y), Some(want));
+            assert_eq!(x == y, want == Equal);
+        }
+    }
 
     #[test]
     fn directory_names_read_back_as_their_partition_and_nothing_else_does() {
