@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use syncline_proto::batch::{
-    last_sequence, next_sequence, restamp_producer, BatchBuilder, HEADER_LEN,
+    last_sequence, next_sequence, restamp_producer, BatchBuilder, RecordLen, HEADER_LEN,
 };
 use syncline_proto::compression::Compression;
 use syncline_proto::pb;
@@ -81,38 +81,50 @@ pub(crate) struct PendingRecord {
     pub(crate) done: DeliverySender,
 }
 
-/// The fields of a record to append, borrowed.
+/// The fields of a record to append, borrowed, with their encoded length
+/// measured once.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RecordFields<'a> {
     pub(crate) timestamp: i64,
     pub(crate) key: Option<&'a [u8]>,
     pub(crate) value: Option<&'a [u8]>,
     pub(crate) headers: &'a [Header],
+    len: RecordLen,
 }
 
-impl RecordFields<'_> {
-    fn header_refs(&self) -> Vec<(&[u8], Option<&[u8]>)> {
-        self.headers
-            .iter()
-            .map(|h| (h.key.as_bytes(), h.value.as_deref()))
-            .collect()
+impl<'a> RecordFields<'a> {
+    pub(crate) fn new(
+        timestamp: i64,
+        key: Option<&'a [u8]>,
+        value: Option<&'a [u8]>,
+        headers: &'a [Header],
+    ) -> Self {
+        RecordFields {
+            timestamp,
+            key,
+            value,
+            headers,
+            len: RecordLen::of(key, value, &header_refs(headers)),
+        }
     }
 
     /// Encoded size at the given position in a batch.
     fn size_at(&self, offset_delta: i32, timestamp_delta: i64) -> usize {
-        BatchBuilder::record_size(
-            offset_delta,
-            timestamp_delta,
-            self.key,
-            self.value,
-            &self.header_refs(),
-        )
+        self.len.at(offset_delta, timestamp_delta)
     }
 
     /// An upper bound of the encoded size wherever it lands (largest deltas).
     pub(crate) fn max_size(&self) -> usize {
         self.size_at(i32::MAX, i64::MAX)
     }
+}
+
+/// Headers as the batch encoding borrows them (no allocation for none).
+fn header_refs(headers: &[Header]) -> Vec<(&[u8], Option<&[u8]>)> {
+    headers
+        .iter()
+        .map(|h| (h.key.as_bytes(), h.value.as_deref()))
+        .collect()
 }
 
 /// Records of one partition sent (and retried) as one unit.
@@ -566,10 +578,10 @@ impl Accumulator {
     ) -> Appended {
         let batch_size = self.config.batch_size;
         // Look up before inserting: the key is cloned only for a new partition.
-        if !self.queues.contains_key(tp) {
-            self.queues.insert(tp.clone(), VecDeque::new());
-        }
-        let queue = self.queues.get_mut(tp).expect("just ensured");
+        let queue = match self.queues.get_mut(tp) {
+            Some(queue) => queue,
+            None => self.queues.entry(tp.clone()).or_default(),
+        };
         let new_batch = !queue.back().is_some_and(|b| b.fits(&record, batch_size));
         if new_batch {
             if let Some(last) = queue.back_mut() {
@@ -594,11 +606,12 @@ impl Accumulator {
         }
         let batch = queue.back_mut().expect("a batch was just ensured");
         let builder = batch.builder.as_mut().expect("the back batch is open");
-        builder.push(
+        builder.push_measured(
+            record.len,
             record.timestamp,
             record.key,
             record.value,
-            &record.header_refs(),
+            &header_refs(record.headers),
         );
         batch.records.push(PendingRecord {
             timestamp: record.timestamp,
@@ -898,12 +911,7 @@ mod tests {
         now: Instant,
     ) -> (Appended, Receiver) {
         let (tx, rx) = oneshot::channel();
-        let fields = RecordFields {
-            timestamp: 1_000,
-            key: None,
-            value: Some(v),
-            headers: &[],
-        };
+        let fields = RecordFields::new(1_000, None, Some(v), &[]);
         (acc.append(tp, fields, Reservation::empty(), tx, || now), rx)
     }
 
@@ -1193,12 +1201,7 @@ mod tests {
         let t0 = Instant::now();
         let tp = TopicPartition::new("t", 0);
         push(&mut acc, &tp, &value(100), t0);
-        let next = RecordFields {
-            timestamp: 1_000,
-            key: None,
-            value: Some(&[b'x'; 100]),
-            headers: &[],
-        };
+        let next = RecordFields::new(1_000, None, Some(&[b'x'; 100]), &[]);
         assert!(acc.would_start_batch(&tp, &next));
         assert!(acc.ready(t0, leaders).brokers.is_empty(), "lingering");
         assert!(acc.close_open_batch(&tp));
@@ -1367,12 +1370,7 @@ mod tests {
             let r = pool.reserve(100, Instant::now()).await.unwrap();
             let (tx, _rx) = oneshot::channel();
             let v = value(50);
-            let fields = RecordFields {
-                timestamp: 0,
-                key: None,
-                value: Some(&v),
-                headers: &[],
-            };
+            let fields = RecordFields::new(0, None, Some(&v), &[]);
             acc.append(&tp, fields, r, tx, || t0);
         }
         assert_eq!(pool.available(), 800);

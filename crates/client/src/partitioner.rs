@@ -3,9 +3,9 @@
 //! partition that changes only when a new batch starts (KIP-480): keyless records
 //! then fill whole batches instead of one small batch per partition.
 
-use std::collections::HashMap;
-
 use rand::Rng;
+
+use crate::metadata::TopicMap;
 
 /// Kafka's `Utils.murmur2`: 32-bit MurmurHash2 with seed `0x9747b28c`.
 pub fn murmur2(data: &[u8]) -> i32 {
@@ -51,7 +51,7 @@ pub fn partition_for_key(key: &[u8], partitions: usize) -> i32 {
 /// Per-topic sticky partition for keyless records.
 #[derive(Debug, Default)]
 pub(crate) struct StickyPartitioner {
-    current: HashMap<String, i32>,
+    current: TopicMap<i32>,
 }
 
 impl StickyPartitioner {

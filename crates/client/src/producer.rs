@@ -78,16 +78,12 @@ pub(crate) struct State {
 struct LastTopic(Option<Arc<str>>);
 
 impl LastTopic {
-    /// `topic`'s partition `partition`, its name shared with the last record's
-    /// when the topic is the same.
-    fn partition(&mut self, topic: &str, partition: i32) -> TopicPartition {
-        let name = match &self.0 {
-            Some(last) if **last == *topic => last.clone(),
-            _ => self.0.insert(Arc::from(topic)).clone(),
-        };
-        TopicPartition {
-            topic: name,
-            partition,
+    /// `topic`'s name, shared with the last record's when the topic is the
+    /// same, and whether it was.
+    fn share(&mut self, topic: &str) -> (Arc<str>, bool) {
+        match &self.0 {
+            Some(last) if **last == *topic => (last.clone(), true),
+            _ => (self.0.insert(Arc::from(topic)).clone(), false),
         }
     }
 }
@@ -308,12 +304,12 @@ impl Producer {
             }
         }
         let timestamp = record.timestamp.unwrap_or_else(wall_clock_ms);
-        let fields = RecordFields {
+        let fields = RecordFields::new(
             timestamp,
-            key: record.key.as_deref(),
-            value: record.value.as_deref(),
-            headers: &record.headers,
-        };
+            record.key.as_deref(),
+            record.value.as_deref(),
+            &record.headers,
+        );
         let size = fields.max_size();
         let max_request = inner.config.max_request_size;
         if size + HEADER_LEN > max_request {
@@ -350,14 +346,18 @@ impl Producer {
         let appended = {
             let mut state = shared.state.lock();
             let state = &mut *state;
-            if !state.topics.contains(&record.topic) {
+            let (topic, same_as_last) = state.last_topic.share(&record.topic);
+            // The last record's topic is in the set already.
+            if !same_as_last && !state.topics.contains(&record.topic) {
                 state.topics.insert(record.topic.clone());
             }
+            let tp = |partition| TopicPartition {
+                topic: topic.clone(),
+                partition,
+            };
             let tp = match (record.partition, &record.key) {
-                (Some(p), _) => state.last_topic.partition(&record.topic, p),
-                (None, Some(key)) => state
-                    .last_topic
-                    .partition(&record.topic, partition_for_key(key, partitions)),
+                (Some(p), _) => tp(p),
+                (None, Some(key)) => tp(partition_for_key(key, partitions)),
                 (None, None) => {
                     let p = match state.sticky.current(&record.topic, partitions) {
                         Some(p) => p,
@@ -365,16 +365,16 @@ impl Producer {
                             .sticky
                             .partition(&record.topic, partitions, &available()),
                     };
-                    let tp = state.last_topic.partition(&record.topic, p);
-                    if state.accumulator.would_start_batch(&tp, &fields) {
-                        closed_full_batch = state.accumulator.close_open_batch(&tp);
+                    let current = tp(p);
+                    if state.accumulator.would_start_batch(&current, &fields) {
+                        closed_full_batch = state.accumulator.close_open_batch(&current);
                         let next =
                             state
                                 .sticky
                                 .on_new_batch(&record.topic, p, partitions, &available());
-                        state.last_topic.partition(&record.topic, next)
+                        tp(next)
                     } else {
-                        tp
+                        current
                     }
                 }
             };
@@ -430,21 +430,16 @@ mod tests {
     #[test]
     fn records_to_one_topic_share_its_name() {
         let mut last = LastTopic::default();
-        let a0 = last.partition("a", 0);
-        let a2 = last.partition("a", 2);
-        assert_eq!(a2, TopicPartition::new("a", 2));
-        assert!(
-            Arc::ptr_eq(&a0.topic, &a2.topic),
-            "one allocation for the name"
-        );
-        let b1 = last.partition("b", 1);
-        assert_eq!(b1, TopicPartition::new("b", 1));
-        let a1 = last.partition("a", 1);
-        assert_eq!(a1, TopicPartition::new("a", 1));
-        assert!(
-            !Arc::ptr_eq(&a0.topic, &a1.topic),
-            "the last topic only is kept"
-        );
+        let (a0, known) = last.share("a");
+        assert!(!known, "the first record's topic is new");
+        let (a2, known) = last.share("a");
+        assert!(known && &*a2 == "a");
+        assert!(Arc::ptr_eq(&a0, &a2), "one allocation for the name");
+        let (b1, known) = last.share("b");
+        assert!(!known && &*b1 == "b");
+        let (a1, known) = last.share("a");
+        assert!(!known && &*a1 == "a");
+        assert!(!Arc::ptr_eq(&a0, &a1), "the last topic only is kept");
     }
 
     const MS: Duration = Duration::from_millis(1);

@@ -650,12 +650,7 @@ mod tests {
             let now = Instant::now();
             for (t, p) in [("a", 0), ("b", 1), ("a", 2)] {
                 let (tx, _rx) = tokio::sync::oneshot::channel();
-                let f = RecordFields {
-                    timestamp: 5,
-                    key: Some(b"k"),
-                    value: Some(b"v"),
-                    headers: &[],
-                };
+                let f = RecordFields::new(5, Some(b"k"), Some(b"v"), &[]);
                 acc.append(
                     &TopicPartition::new(t, p),
                     f,

@@ -683,6 +683,52 @@ impl<'a> Iterator for Records<'a> {
     }
 }
 
+/// A record's encoded size less the part that depends on its place in a batch:
+/// measured once from its key, value and headers ([`RecordLen::of`]), then
+/// priced at any place ([`RecordLen::at`]) and handed to
+/// [`BatchBuilder::push_measured`], so that a producer walks the fields once
+/// per record however often it asks whether the record fits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordLen {
+    /// Key, value and headers with their length prefixes.
+    fields: usize,
+}
+
+impl RecordLen {
+    /// Measures a record's fields.
+    pub fn of(
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[(&[u8], Option<&[u8]>)],
+    ) -> Self {
+        let nullable = |f: Option<&[u8]>| match f {
+            None => varlong_len(-1),
+            Some(b) => varlong_len(b.len() as i64) + b.len(),
+        };
+        RecordLen {
+            fields: nullable(key)
+                + nullable(value)
+                + varlong_len(headers.len() as i64)
+                + headers
+                    .iter()
+                    .map(|(k, v)| varlong_len(k.len() as i64) + k.len() + nullable(*v))
+                    .sum::<usize>(),
+        }
+    }
+
+    /// The record's body (all but its own length prefix) at this place.
+    fn body(self, offset_delta: i32, timestamp_delta: i64) -> usize {
+        // The attributes byte, then the two deltas.
+        1 + varlong_len(timestamp_delta) + varlong_len(i64::from(offset_delta)) + self.fields
+    }
+
+    /// The record's whole encoded size at this place in a batch.
+    pub fn at(self, offset_delta: i32, timestamp_delta: i64) -> usize {
+        let body = self.body(offset_delta, timestamp_delta);
+        varlong_len(body as i64) + body
+    }
+}
+
 /// Builds one uncompressed batch, as a producer does. Offsets are relative (the
 /// leader stamps the base offset); the epoch is left at -1.
 #[derive(Debug)]
@@ -752,30 +798,7 @@ impl BatchBuilder {
         value: Option<&[u8]>,
         headers: &[(&[u8], Option<&[u8]>)],
     ) -> usize {
-        let body = Self::body_len(offset_delta, timestamp_delta, key, value, headers);
-        varlong_len(body as i64) + body
-    }
-
-    fn body_len(
-        offset_delta: i32,
-        timestamp_delta: i64,
-        key: Option<&[u8]>,
-        value: Option<&[u8]>,
-        headers: &[(&[u8], Option<&[u8]>)],
-    ) -> usize {
-        let nullable = |f: Option<&[u8]>| match f {
-            None => varlong_len(-1),
-            Some(b) => varlong_len(b.len() as i64) + b.len(),
-        };
-        1 + varlong_len(timestamp_delta)
-            + varlong_len(i64::from(offset_delta))
-            + nullable(key)
-            + nullable(value)
-            + varlong_len(headers.len() as i64)
-            + headers
-                .iter()
-                .map(|(k, v)| varlong_len(k.len() as i64) + k.len() + nullable(*v))
-                .sum::<usize>()
+        RecordLen::of(key, value, headers).at(offset_delta, timestamp_delta)
     }
 
     /// Appends a record.
@@ -786,11 +809,32 @@ impl BatchBuilder {
         value: Option<&[u8]>,
         headers: &[(&[u8], Option<&[u8]>)],
     ) {
+        self.push_measured(
+            RecordLen::of(key, value, headers),
+            timestamp,
+            key,
+            value,
+            headers,
+        );
+    }
+
+    /// As [`BatchBuilder::push`], with the record's [`RecordLen`] measured
+    /// already (by whoever priced it against the batch's room), so that the
+    /// fields are not walked again.
+    pub fn push_measured(
+        &mut self,
+        len: RecordLen,
+        timestamp: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[(&[u8], Option<&[u8]>)],
+    ) {
+        debug_assert_eq!(len, RecordLen::of(key, value, headers));
         // Two's complement, as Kafka's producer computes it: `records` adds it back
         // the same way, so any two timestamps round-trip (found by fuzzing).
         let delta = timestamp.wrapping_sub(self.base_timestamp);
         self.max_timestamp = self.max_timestamp.max(timestamp);
-        let body = Self::body_len(self.count, delta, key, value, headers);
+        let body = len.body(self.count, delta);
         let out = &mut self.buf;
         put_varlong(out, body as i64);
         out.put_i8(0);
