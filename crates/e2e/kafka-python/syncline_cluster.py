@@ -2,7 +2,7 @@
 syncline cluster.
 
 Loaded with ``-p syncline_cluster`` (this directory on PYTHONPATH) by
-crates/e2e/tests/kafka_python_suite.rs, which starts the cluster, runs pytest in
+crates/e2e/tests/e2e/kafka_python_suite.rs, which starts the cluster, runs pytest in
 the unpacked kafka-python sdist (scripts/kafka-python-tests.sh fetch) and reads
 the report this plugin writes. What runs and why: SELECTION.md beside it.
 
@@ -66,7 +66,7 @@ def _required(name):
     value = os.environ.get(name)
     if not value:
         raise pytest.UsageError(
-            "syncline_cluster: %s is not set (crates/e2e/tests/kafka_python_suite.rs "
+            "syncline_cluster: %s is not set (crates/e2e/tests/e2e/kafka_python_suite.rs "
             "sets it; run that test)" % name)
     return value
 

@@ -4,7 +4,7 @@
 # $BROKERS ...), done with syncline's CLI: --create, --alter (--partitions:
 # add partitions; --config) and --delete of one --topic. BROKERS is the
 # cluster's syncline listeners, SYNCLINE_BIN the CLI
-# (crates/e2e/tests/librdkafka_suite.rs sets both). Anything else is refused.
+# (crates/e2e/tests/e2e/librdkafka_suite.rs sets both). Anything else is refused.
 set -euo pipefail
 
 bootstrap="" op="" topic="" args=()

@@ -70,7 +70,7 @@ async fn finish(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_leader_under_acks_all_load() {
+pub(crate) async fn sigkill_leader_under_acks_all_load() {
     let mut cluster = cluster_with_topic(PARTITIONS).await;
     let watch = LeaderWatch::start(&cluster, TOPIC);
     let before = by_partition(&wait_full_isr(&cluster, 1, TOPIC, HEAL_TIMEOUT).await);
@@ -100,7 +100,7 @@ async fn sigkill_leader_under_acks_all_load() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_follower_under_acks_all_load() {
+pub(crate) async fn sigkill_follower_under_acks_all_load() {
     // One partition: the victim is only a follower (and not the controller).
     let mut cluster = cluster_with_topic(1).await;
     let watch = LeaderWatch::start(&cluster, TOPIC);
@@ -158,7 +158,7 @@ async fn sigkill_follower_under_acks_all_load() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigstop_leader_is_replaced_and_rejoins_as_follower_after_sigcont() {
+pub(crate) async fn sigstop_leader_is_replaced_and_rejoins_as_follower_after_sigcont() {
     let mut cluster = cluster_with_topic(PARTITIONS).await;
     let watch = LeaderWatch::start(&cluster, TOPIC);
     let before = by_partition(&wait_full_isr(&cluster, 1, TOPIC, HEAL_TIMEOUT).await);
@@ -192,7 +192,7 @@ async fn sigstop_leader_is_replaced_and_rejoins_as_follower_after_sigcont() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn clean_restart_moves_leadership_before_stopping() {
+pub(crate) async fn clean_restart_moves_leadership_before_stopping() {
     let mut cluster = cluster_with_topic(PARTITIONS).await;
     let watch = LeaderWatch::start(&cluster, TOPIC);
     let before = by_partition(&wait_full_isr(&cluster, 1, TOPIC, HEAL_TIMEOUT).await);
@@ -239,7 +239,7 @@ async fn clean_restart_moves_leadership_before_stopping() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rolling_restart_under_acks_all_load_loses_nothing() {
+pub(crate) async fn rolling_restart_under_acks_all_load_loses_nothing() {
     let mut cluster = cluster_with_topic(PARTITIONS).await;
     let watch = LeaderWatch::start(&cluster, TOPIC);
     wait_full_isr(&cluster, 1, TOPIC, HEAL_TIMEOUT).await;

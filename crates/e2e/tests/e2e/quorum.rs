@@ -347,99 +347,106 @@ async fn a_full_cluster_restart_comes_back_from_the_logs_and_snapshots() {
     assert!(quorum_after.high_watermark > quorum_before.high_watermark);
 }
 
-/// The ISR a leader was told is committed survives a change of controller: the
-/// next controller elects from it and nothing else, even a replica that is alive
-/// and registered but was removed from the ISR before the change. (A new
-/// controller that decided on its log before applying what earlier controllers
-/// committed would pick the removed replica here.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_isr_shrink_committed_before_a_controller_change_binds_the_next_controller() {
-    // Brokers 1-3 are the voters; 4 and 5 only store replicas, so stopping the
-    // partition's leader never costs the quorum its majority.
-    let faults = Faults::new();
-    let mut cluster = TestCluster::start_with(
-        5,
-        "replica_lag_time_max_ms = 1000\nbroker_session_timeout_ms = 3000\nbroker_heartbeat_interval_ms = 300\n",
-        Options {
-            faults: Some(faults.clone()),
-            voters: 3,
-            ..Options::default()
-        },
-    )
-    .await;
-    cluster
-        .create_topic(TOPIC, 5, 3, &[("min.insync.replicas", "1")])
+/// On a cluster inside the test process (`TestCluster`): part of the quick
+/// tier (`scripts/test.sh --quick`).
+mod in_process {
+    use super::*;
+
+    /// The ISR a leader was told is committed survives a change of controller: the
+    /// next controller elects from it and nothing else, even a replica that is alive
+    /// and registered but was removed from the ISR before the change. (A new
+    /// controller that decided on its log before applying what earlier controllers
+    /// committed would pick the removed replica here.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_isr_shrink_committed_before_a_controller_change_binds_the_next_controller() {
+        // Brokers 1-3 are the voters; 4 and 5 only store replicas, so stopping the
+        // partition's leader never costs the quorum its majority.
+        let faults = Faults::new();
+        let mut cluster = TestCluster::start_with(
+            5,
+            "replica_lag_time_max_ms = 1000\nbroker_session_timeout_ms = 3000\nbroker_heartbeat_interval_ms = 300\n",
+            Options {
+                faults: Some(faults.clone()),
+                voters: 3,
+                ..Options::default()
+            },
+        )
         .await;
-    // A partition led by one of 4 and 5 and followed by the other.
-    let mut target = None;
-    for p in 0..5 {
-        let m = cluster.partition_metadata(1, TOPIC, p).await;
-        if [4, 5].contains(&m.leader_id) && m.replicas.contains(&(9 - m.leader_id)) {
-            target = Some(m);
-            break;
+        cluster
+            .create_topic(TOPIC, 5, 3, &[("min.insync.replicas", "1")])
+            .await;
+        // A partition led by one of 4 and 5 and followed by the other.
+        let mut target = None;
+        for p in 0..5 {
+            let m = cluster.partition_metadata(1, TOPIC, p).await;
+            if [4, 5].contains(&m.leader_id) && m.replicas.contains(&(9 - m.leader_id)) {
+                target = Some(m);
+                break;
+            }
         }
-    }
-    let target = target.expect("a partition on both 4 and 5, led by one of them");
-    let (leader, lagging) = (target.leader_id, 9 - target.leader_id);
-    let third = *target
-        .replicas
-        .iter()
-        .find(|r| ![leader, lagging].contains(r))
-        .unwrap();
+        let target = target.expect("a partition on both 4 and 5, led by one of them");
+        let (leader, lagging) = (target.leader_id, 9 - target.leader_id);
+        let third = *target
+            .replicas
+            .iter()
+            .find(|r| ![leader, lagging].contains(r))
+            .unwrap();
 
-    // The follower can no longer fetch, but still heartbeats; a record it cannot
-    // fetch puts it behind, and the leader removes it from the ISR (the active
-    // controller commits that).
-    assert_eq!(
-        cluster.leader_in_role(TOPIC, target.partition).await,
-        leader
-    );
-    faults.cut(leader, lagging);
-    let conn = cluster.connect(leader).await;
-    let r = inprocess::produce(&conn, TOPIC, target.partition, 1, inprocess::batch(&[b"x"])).await;
-    assert_eq!(r.error_code, 0, "{r:?}");
-    wait_for(
-        "the lagging follower out of the committed ISR",
-        WAIT,
-        || async {
+        // The follower can no longer fetch, but still heartbeats; a record it cannot
+        // fetch puts it behind, and the leader removes it from the ISR (the active
+        // controller commits that).
+        assert_eq!(
+            cluster.leader_in_role(TOPIC, target.partition).await,
+            leader
+        );
+        faults.cut(leader, lagging);
+        let conn = cluster.connect(leader).await;
+        let r =
+            inprocess::produce(&conn, TOPIC, target.partition, 1, inprocess::batch(&[b"x"])).await;
+        assert_eq!(r.error_code, 0, "{r:?}");
+        wait_for(
+            "the lagging follower out of the committed ISR",
+            WAIT,
+            || async {
+                let m = cluster
+                    .partition_metadata(leader, TOPIC, target.partition)
+                    .await;
+                sorted(&m.isr) == sorted(&[leader, third])
+            },
+        )
+        .await;
+
+        // The active controller goes; another voter takes office.
+        let is_active = |cluster: &TestCluster, id: i32| {
+            cluster.brokers[id as usize - 1].is_some()
+                && cluster.metric(id, "syncline_active_controller") == 1.0
+        };
+        let controller = (1..=3)
+            .find(|id| is_active(&cluster, *id))
+            .expect("an active controller");
+        cluster.stop(controller).await;
+        wait_for("a new active controller", WAIT, || async {
+            (1..=3).any(|id| is_active(&cluster, id))
+        })
+        .await;
+        // The leader stops: its controlled shutdown asks the new controller for a
+        // leader from the ISR.
+        cluster.stop(leader).await;
+        let via = third;
+        wait_for("a new leader for the partition", WAIT, || async {
             let m = cluster
-                .partition_metadata(leader, TOPIC, target.partition)
+                .partition_metadata(via, TOPIC, target.partition)
                 .await;
-            sorted(&m.isr) == sorted(&[leader, third])
-        },
-    )
-    .await;
-
-    // The active controller goes; another voter takes office.
-    let is_active = |cluster: &TestCluster, id: i32| {
-        cluster.brokers[id as usize - 1].is_some()
-            && cluster.metric(id, "syncline_active_controller") == 1.0
-    };
-    let controller = (1..=3)
-        .find(|id| is_active(&cluster, *id))
-        .expect("an active controller");
-    cluster.stop(controller).await;
-    wait_for("a new active controller", WAIT, || async {
-        (1..=3).any(|id| is_active(&cluster, id))
-    })
-    .await;
-    // The leader stops: its controlled shutdown asks the new controller for a
-    // leader from the ISR.
-    cluster.stop(leader).await;
-    let via = third;
-    wait_for("a new leader for the partition", WAIT, || async {
+            m.leader_id > 0 && m.leader_id != leader
+        })
+        .await;
         let m = cluster
             .partition_metadata(via, TOPIC, target.partition)
             .await;
-        m.leader_id > 0 && m.leader_id != leader
-    })
-    .await;
-    let m = cluster
-        .partition_metadata(via, TOPIC, target.partition)
-        .await;
-    assert_eq!(
-        m.leader_id, third,
-        "partition {}: the new leader is not the one ISR member left ({third}): {m:?}",
-        target.partition
-    );
+        assert_eq!(
+            m.leader_id, third,
+            "partition {}: the new leader is not the one ISR member left ({third}): {m:?}",
+            target.partition
+        );
+    }
 }

@@ -8,7 +8,7 @@ use syncline_proto::ErrorCode;
 use syncline_e2e::checks::WAIT;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acks_all_is_acknowledged_by_the_whole_isr() {
+pub(crate) async fn acks_all_is_acknowledged_by_the_whole_isr() {
     let cluster = TestCluster::start(3, "replica_lag_time_max_ms = 2000\n").await;
     cluster
         .create_topic("r", 1, 3, &[("min.insync.replicas", "2")])
@@ -80,7 +80,7 @@ async fn produce_once_leading(
 /// produce to a new topic waits that long. The backoff here is a minute, so a
 /// follower that paused for it would time the produce out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn followers_of_a_new_topic_retry_a_refused_first_fetch_at_once() {
+pub(crate) async fn followers_of_a_new_topic_retry_a_refused_first_fetch_at_once() {
     let cluster = TestCluster::start(3, "replica_fetch_backoff_ms = 60000\n").await;
     for round in 0..5 {
         let topic = format!("new-{round}");
@@ -118,7 +118,7 @@ async fn followers_after_a_commit(selector: &str) -> (TestCluster, i32, [i32; 2]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn followers_learn_the_high_watermark_with_their_next_answered_fetch() {
+pub(crate) async fn followers_learn_the_high_watermark_with_their_next_answered_fetch() {
     let (cluster, leader, followers) = followers_after_a_commit("leader").await;
     // Both followers' next fetches wait on the leader (nothing new to send):
     // the high watermark's move does not answer them.
@@ -154,7 +154,7 @@ async fn followers_learn_the_high_watermark_with_their_next_answered_fetch() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn followers_serving_consumers_learn_the_high_watermark_at_once() {
+pub(crate) async fn followers_serving_consumers_learn_the_high_watermark_at_once() {
     let (cluster, _, followers) = followers_after_a_commit("rack_aware").await;
     for f in followers {
         let p = cluster.replica(f, "hw", 0);
@@ -167,7 +167,7 @@ async fn followers_serving_consumers_learn_the_high_watermark_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn incremental_fetch_session_answers_only_partitions_with_news() {
+pub(crate) async fn incremental_fetch_session_answers_only_partitions_with_news() {
     use syncline_proto::pb::{self, request::Body, response::Body as Resp};
     let cluster = TestCluster::start(1, "").await;
     cluster.create_topic("s", 2, 1, &[]).await;

@@ -146,98 +146,6 @@ async fn partition_led_by(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acknowledged_records_are_readable_at_their_offsets_across_a_leader_change() {
-    let mut cluster = TestCluster::start(3, "replica_lag_time_max_ms = 5000\n").await;
-    cluster
-        .create_topic("lc", 3, 3, &[("min.insync.replicas", "2")])
-        .await;
-    // Broker 1 hosts the controller: move the leadership of a partition it does not
-    // lead.
-    let (partition, leader) = poll_for("a partition led by broker 2 or 3", || async {
-        for p in 0..3 {
-            let m = cluster.partition_metadata(1, "lc", p).await;
-            if m.leader_id > 1 && m.isr.len() == 3 {
-                return Some((p, m.leader_id));
-            }
-        }
-        None
-    })
-    .await;
-    let bootstrap = cluster.addrs.join(",");
-    let producer = producer(&bootstrap, 5);
-    let outcomes: Outcomes = Arc::default();
-    let acked = Arc::new(AtomicU64::new(0));
-
-    send_paced(
-        &producer,
-        "lc",
-        partition,
-        0..500,
-        Duration::ZERO,
-        &outcomes,
-        &acked,
-    )
-    .await;
-    producer.flush().await;
-    assert_eq!(acked.load(Ordering::Relaxed), 500);
-
-    // Keep sending while the leader shuts down and leadership moves.
-    let sending = tokio::spawn({
-        let (producer, outcomes, acked) = (producer.clone(), outcomes.clone(), acked.clone());
-        async move {
-            let every = Duration::from_millis(2);
-            send_paced(
-                &producer,
-                "lc",
-                partition,
-                500..2500,
-                every,
-                &outcomes,
-                &acked,
-            )
-            .await;
-            producer.flush().await;
-        }
-    });
-    wait_for(
-        "sends under the first leader",
-        Duration::from_secs(20),
-        || {
-            let acked = acked.clone();
-            async move { acked.load(Ordering::Relaxed) >= 700 }
-        },
-    )
-    .await;
-    cluster.stop(leader).await;
-    tokio::time::timeout(Duration::from_secs(60), sending)
-        .await
-        .expect("every record completes within the delivery timeout")
-        .unwrap();
-    producer.close().await;
-
-    let new_leader = cluster
-        .partition_metadata(1, "lc", partition)
-        .await
-        .leader_id;
-    assert!(
-        new_leader > 0 && new_leader != leader,
-        "leader {new_leader}"
-    );
-    let conn = cluster.connect(new_leader).await;
-    let log = read_all(&conn, "lc", partition, 0).await.unwrap();
-    let outcomes = outcomes.lock().unwrap();
-    assert_eq!(outcomes.len(), 2500);
-    let duplicated = check_acknowledged_against_log(&outcomes, &log);
-    // Until the idempotent producer exists, a retry after a lost response can
-    // write a batch twice: counted and reported, not hidden.
-    eprintln!(
-        "leader change {leader} -> {new_leader}: 2500 acknowledged, {} in the log, \
-         {duplicated} values written more than once",
-        log.len()
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_request_in_flight_keeps_partition_order_across_a_leader_kill() {
     let mut cluster = Cluster::start(3, FAST_FENCING).await;
     syncline_e2e::checks::create_topic(&cluster, "order", 3, 3, 2);
@@ -493,4 +401,102 @@ async fn an_idempotent_producers_retry_after_a_lost_response_is_written_once() {
         (1, 0),
         "the leader should have answered the retry with the first copy's offset"
     );
+}
+
+/// On a cluster inside the test process (`TestCluster`): part of the quick
+/// tier (`scripts/test.sh --quick`).
+mod in_process {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn acknowledged_records_are_readable_at_their_offsets_across_a_leader_change() {
+        let mut cluster = TestCluster::start(3, "replica_lag_time_max_ms = 5000\n").await;
+        cluster
+            .create_topic("lc", 3, 3, &[("min.insync.replicas", "2")])
+            .await;
+        // Broker 1 hosts the controller: move the leadership of a partition it does not
+        // lead.
+        let (partition, leader) = poll_for("a partition led by broker 2 or 3", || async {
+            for p in 0..3 {
+                let m = cluster.partition_metadata(1, "lc", p).await;
+                if m.leader_id > 1 && m.isr.len() == 3 {
+                    return Some((p, m.leader_id));
+                }
+            }
+            None
+        })
+        .await;
+        let bootstrap = cluster.addrs.join(",");
+        let producer = producer(&bootstrap, 5);
+        let outcomes: Outcomes = Arc::default();
+        let acked = Arc::new(AtomicU64::new(0));
+
+        send_paced(
+            &producer,
+            "lc",
+            partition,
+            0..500,
+            Duration::ZERO,
+            &outcomes,
+            &acked,
+        )
+        .await;
+        producer.flush().await;
+        assert_eq!(acked.load(Ordering::Relaxed), 500);
+
+        // Keep sending while the leader shuts down and leadership moves.
+        let sending = tokio::spawn({
+            let (producer, outcomes, acked) = (producer.clone(), outcomes.clone(), acked.clone());
+            async move {
+                let every = Duration::from_millis(2);
+                send_paced(
+                    &producer,
+                    "lc",
+                    partition,
+                    500..2500,
+                    every,
+                    &outcomes,
+                    &acked,
+                )
+                .await;
+                producer.flush().await;
+            }
+        });
+        wait_for(
+            "sends under the first leader",
+            Duration::from_secs(20),
+            || {
+                let acked = acked.clone();
+                async move { acked.load(Ordering::Relaxed) >= 700 }
+            },
+        )
+        .await;
+        cluster.stop(leader).await;
+        tokio::time::timeout(Duration::from_secs(60), sending)
+            .await
+            .expect("every record completes within the delivery timeout")
+            .unwrap();
+        producer.close().await;
+
+        let new_leader = cluster
+            .partition_metadata(1, "lc", partition)
+            .await
+            .leader_id;
+        assert!(
+            new_leader > 0 && new_leader != leader,
+            "leader {new_leader}"
+        );
+        let conn = cluster.connect(new_leader).await;
+        let log = read_all(&conn, "lc", partition, 0).await.unwrap();
+        let outcomes = outcomes.lock().unwrap();
+        assert_eq!(outcomes.len(), 2500);
+        let duplicated = check_acknowledged_against_log(&outcomes, &log);
+        // Until the idempotent producer exists, a retry after a lost response can
+        // write a batch twice: counted and reported, not hidden.
+        eprintln!(
+            "leader change {leader} -> {new_leader}: 2500 acknowledged, {} in the log, \
+             {duplicated} values written more than once",
+            log.len()
+        );
+    }
 }

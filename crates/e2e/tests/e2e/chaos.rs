@@ -31,7 +31,7 @@ fn env_u64(name: &str) -> Option<u64> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn random_faults_under_acks_all_load_keep_every_invariant() {
+pub(crate) async fn random_faults_under_acks_all_load_keep_every_invariant() {
     let secs = env_u64("SYNCLINE_CHAOS_SECS").unwrap_or(20);
     let seed = env_u64("SYNCLINE_CHAOS_SEED").unwrap_or_else(|| {
         std::time::SystemTime::now()

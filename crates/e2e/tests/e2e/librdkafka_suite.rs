@@ -26,9 +26,9 @@ use tokio::process::Command;
 use tokio::time::Instant;
 
 /// The curated list (format in its header).
-const LIST: &str = include_str!("../librdkafka/tests.list");
+const LIST: &str = include_str!("../../librdkafka/tests.list");
 /// What each listed test covers and each exclusion's reason.
-const TESTS_MD: &str = include_str!("../librdkafka/TESTS.md");
+const TESTS_MD: &str = include_str!("../../librdkafka/TESTS.md");
 /// The parts of the list, each a test below.
 const PARTS: &[&str] = &[
     "clients",

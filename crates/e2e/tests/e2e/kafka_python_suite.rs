@@ -90,8 +90,8 @@ const PYTEST_ENV_REMOVED: &[&str] = &[
     "KAFKA_ROOT",
     "PROJECT_ROOT",
 ];
-const SELECTION_MD: &str = include_str!("../kafka-python/SELECTION.md");
-const PLUGIN: &str = include_str!("../kafka-python/syncline_cluster.py");
+const SELECTION_MD: &str = include_str!("../../kafka-python/SELECTION.md");
+const PLUGIN: &str = include_str!("../../kafka-python/syncline_cluster.py");
 
 /// The brokers' settings: those of the suite's own broker config
 /// (servers/resources/*/kafka.properties of kafka-python's repository) that

@@ -15,61 +15,6 @@ use tokio::io::AsyncWriteExt;
 
 const WAIT: Duration = Duration::from_secs(30);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ten_thousand_idle_connections_beyond_max_connections_are_refused_without_harm_to_the_others(
-) {
-    const MAX: usize = 200;
-    const FLOOD: usize = 10_000;
-    let cluster = TestCluster::start(1, &format!("max_connections = {MAX}\n")).await;
-    cluster.create_topic("t", 1, 1, &[]).await;
-    let client = cluster.connect(1).await;
-    let addr = cluster.addrs[0].clone();
-    let mut flood = Vec::with_capacity(FLOOD);
-    for _ in 0..FLOOD {
-        let s = tokio::time::timeout(
-            Duration::from_secs(10),
-            tokio::net::TcpStream::connect(&addr),
-        )
-        .await
-        .expect("connect within 10 s")
-        .expect("the kernel accepts the connection");
-        flood.push(s);
-    }
-    wait_for(
-        "every connection beyond the limit refused",
-        WAIT,
-        || async {
-            cluster.metric(1, "syncline_connections_refused_total") as usize >= FLOOD - MAX
-        },
-    )
-    .await;
-    let open = cluster.metric(1, "syncline_connections") as usize;
-    println!(
-        "{FLOOD} idle connections against max_connections = {MAX}: {open} open, {} refused",
-        cluster.metric(1, "syncline_connections_refused_total")
-    );
-    assert!(open <= MAX, "{open} connections open");
-    // The connection made before the flood is served as before.
-    let written = produce(&client, "t", 0, 1, &[b"still served".to_vec()])
-        .await
-        .unwrap();
-    assert_eq!(written.error_code, 0, "{written:?}");
-    // Once the flood is gone, its places are free again.
-    drop(flood);
-    wait_for("the flood's places to free", WAIT, || async {
-        (cluster.metric(1, "syncline_connections") as usize) < MAX / 2
-    })
-    .await;
-    let late = cluster.connect(1).await;
-    assert_eq!(
-        produce(&late, "t", 0, 1, &[b"late".to_vec()])
-            .await
-            .unwrap()
-            .error_code,
-        0
-    );
-}
-
 fn rss_bytes(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let kb: u64 = status
@@ -173,4 +118,65 @@ async fn a_client_that_stops_reading_large_fetches_cannot_grow_the_broker() {
         .unwrap();
     assert_eq!(r.error_code, 0);
     drop(greedy);
+}
+
+/// On a cluster inside the test process (`TestCluster`): part of the quick
+/// tier (`scripts/test.sh --quick`).
+mod in_process {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ten_thousand_idle_connections_beyond_max_connections_are_refused_without_harm_to_the_others(
+    ) {
+        const MAX: usize = 200;
+        const FLOOD: usize = 10_000;
+        let cluster = TestCluster::start(1, &format!("max_connections = {MAX}\n")).await;
+        cluster.create_topic("t", 1, 1, &[]).await;
+        let client = cluster.connect(1).await;
+        let addr = cluster.addrs[0].clone();
+        let mut flood = Vec::with_capacity(FLOOD);
+        for _ in 0..FLOOD {
+            let s = tokio::time::timeout(
+                Duration::from_secs(10),
+                tokio::net::TcpStream::connect(&addr),
+            )
+            .await
+            .expect("connect within 10 s")
+            .expect("the kernel accepts the connection");
+            flood.push(s);
+        }
+        wait_for(
+            "every connection beyond the limit refused",
+            WAIT,
+            || async {
+                cluster.metric(1, "syncline_connections_refused_total") as usize >= FLOOD - MAX
+            },
+        )
+        .await;
+        let open = cluster.metric(1, "syncline_connections") as usize;
+        println!(
+            "{FLOOD} idle connections against max_connections = {MAX}: {open} open, {} refused",
+            cluster.metric(1, "syncline_connections_refused_total")
+        );
+        assert!(open <= MAX, "{open} connections open");
+        // The connection made before the flood is served as before.
+        let written = produce(&client, "t", 0, 1, &[b"still served".to_vec()])
+            .await
+            .unwrap();
+        assert_eq!(written.error_code, 0, "{written:?}");
+        // Once the flood is gone, its places are free again.
+        drop(flood);
+        wait_for("the flood's places to free", WAIT, || async {
+            (cluster.metric(1, "syncline_connections") as usize) < MAX / 2
+        })
+        .await;
+        let late = cluster.connect(1).await;
+        assert_eq!(
+            produce(&late, "t", 0, 1, &[b"late".to_vec()])
+                .await
+                .unwrap()
+                .error_code,
+            0
+        );
+    }
 }
