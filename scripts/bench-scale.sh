@@ -64,10 +64,7 @@ kafka_python="$repo/$KAFKA_VENV/bin/python"
 "$kafka_python" -c 'import confluent_kafka' ||
     die "confluent-kafka is not importable from $kafka_python (remove $KAFKA_VENV and run again)"
 
-if [ "${SYNCLINE_NO_BUILD:-0}" != 1 ]; then
-    echo "==> building release binaries"
-    cargo build --release --quiet --bin synclined --bin syncline
-fi
+build_shipped release
 bin="$repo/target/release"
 SYNCLINE="$bin/syncline"
 clk_tck=$(getconf CLK_TCK)

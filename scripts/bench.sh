@@ -112,8 +112,7 @@ if [ -n "${BENCH_BIN:-}" ]; then
     done
     echo "==> binaries from $bin (BENCH_BIN)"
 else
-    echo "==> building release binaries"
-    cargo build --release --quiet --bin synclined --bin syncline --bin rf3-floor
+    build_shipped release -p syncline-floor
     bin="$repo/target/release"
 fi
 
@@ -269,14 +268,14 @@ run_phase() {
 
 bytes=$((records * record_size))
 shared_floor="$repo/../shared/tools/rf3-floor/run.sh"
-floor_source="rf3-floor (crates/e2e/src/bin/rf3-floor.rs)"
+floor_source="rf3-floor (crates/floor/src/main.rs)"
 # A smoke run uses the project's own floor: nothing outside the repository is
 # built in CI.
 if [ "$mode" = full ] && [ -f "$shared_floor" ]; then
     floor_source="shared/tools/rf3-floor"
     # Built once before any measurement, so no floor run pays for a build.
     CARGO_TARGET_DIR="$repo/target/rf3-floor" bash "$shared_floor" 1048576 1048576 > /dev/null ||
-        floor_source="rf3-floor (crates/e2e/src/bin/rf3-floor.rs)"
+        floor_source="rf3-floor (crates/floor/src/main.rs)"
 fi
 # measure_floor OUT: one floor run, its line to OUT and its CPU-seconds (the
 # whole floor process: producer, leader and followers, all in the kernel but
@@ -289,7 +288,7 @@ measure_floor() {
         if ! line="$(CARGO_TARGET_DIR="$repo/target/rf3-floor" python3 "$repo/scripts/bench/cputime.py" "$1.cpu" \
             bash "$shared_floor" "$bytes" 1048576 | tail -1)"; then
             echo "    warning: $shared_floor failed; measuring with the project's own rf3-floor instead"
-            floor_source="rf3-floor (crates/e2e/src/bin/rf3-floor.rs)"
+            floor_source="rf3-floor (crates/floor/src/main.rs)"
             line=""
         fi
     fi

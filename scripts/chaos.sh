@@ -35,11 +35,17 @@ PROG=chaos.sh
 
 case "${1:-}" in
 -h | --help)
-    help_with_binary "$0" syncline-chaos "cargo build --release --bins"
+    help_with_binary "$0" syncline-chaos "cargo build --release -p syncline-chaos"
     exit 0
     ;;
 esac
 
 ensure_fault_tools
-build_bins release
+# The brokers it starts are the shipped synclined; the harness is a test crate,
+# built in a build of its own.
+build_shipped release
+if [ "${SYNCLINE_NO_BUILD:-0}" != 1 ]; then
+    echo "==> cargo build --release -p syncline-chaos"
+    cargo build --release -p syncline-chaos
+fi
 exec target/release/syncline-chaos "$@"

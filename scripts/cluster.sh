@@ -413,10 +413,7 @@ cmd_up() {
     *) die "unknown option $1 for up (only --secure)" ;;
     esac
     check_data_mode
-    build_bins release
-    if [ ! -x "$BIN_DIR/synclined" ] || [ ! -x "$BIN_DIR/syncline" ]; then
-        die "$BIN_DIR/synclined or $BIN_DIR/syncline is missing: build them with cargo build --release --bins"
-    fi
+    build_shipped release
     mkdir -p "$LOG_DIR" "$RUN_DIR"
     [ "$SECURE" = 0 ] || prepare_secure
     trap on_up_exit EXIT

@@ -133,11 +133,8 @@ client_address() { echo "127.0.0.1:$((9091 + $1))"; }
 # The release binaries, their shared libraries and loader (as `ldd` lists them)
 # and the configs, laid out as the image's root file system.
 stage() {
-    build_bins "$PROFILE"
+    build_shipped "$PROFILE"
     local b
-    for b in synclined syncline; do
-        [ -x "$BIN_DIR/$b" ] || die "$BIN_DIR/$b is missing: build it with cargo build$([ "$PROFILE" = release ] && echo " --release") --bins"
-    done
     command -v ldd >/dev/null || die "ldd not found: it lists the shared libraries the image needs (it comes with glibc)"
 
     [ "$SECURE" = 0 ] || prepare_secure

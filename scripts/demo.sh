@@ -18,7 +18,8 @@
 # once caught up; a killed leader is replaced by an ISR member with a higher
 # leader epoch, and every acknowledged record is still there.
 #
-# It builds the release binaries first if needed (cargo build --release --bins),
+# It builds the release binaries first if needed (cargo build --release -p
+# syncline-broker -p syncline-cli, as scripts/cluster.sh does),
 # then runs in well under two minutes. Every process it starts is killed on every
 # exit path (Ctrl-C included); its directory is removed unless a step fails
 # (then the brokers' logs are kept and their path printed) or SYNCLINE_DEMO_KEEP=1.
@@ -327,10 +328,7 @@ acked() { printf '%s\n' "$@" >>"$ACKED_FILE"; }
 
 # ================================================================ the story
 
-build_bins release
-if [ ! -x "$BIN_DIR/synclined" ] || [ ! -x "$BIN_DIR/syncline" ]; then
-    die "$BIN_DIR/synclined or syncline is missing: run cargo build --release --bins"
-fi
+build_shipped release
 export PATH="$BIN_DIR:$PATH"
 unset RUST_LOG
 STARTED_AT=$SECONDS

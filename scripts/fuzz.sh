@@ -11,6 +11,8 @@
 #   scripts/fuzz.sh --smoke                every target for 20 s (CI)
 #   scripts/fuzz.sh [...] TARGET...        only the targets named
 #   scripts/fuzz.sh --list                 the targets
+#   scripts/fuzz.sh --build                only build the targets (CI builds
+#                                          them beside the tests, then runs them)
 #
 # Needs a nightly toolchain (rustup toolchain install nightly); installs
 # cargo-fuzz (cargo install cargo-fuzz --locked) when it is missing. Each target
@@ -19,6 +21,10 @@
 # running out of memory stops the run: the script exits 1 and prints where the
 # input is (fuzz/artifacts/TARGET/) and the command that replays it. Make such an
 # input a regression test beside the code it broke.
+#
+# Targets run FUZZ_PARALLEL at a time (default: one per core), each on one
+# core for its SECONDS, so a target is fuzzed as long as it would be alone;
+# their output is printed as each one ends.
 #
 # Environment: FUZZ_JOBS (fuzzing processes per target, default 1),
 # FUZZ_SANITIZER (none or address; default none: the crates forbid unsafe code,
@@ -33,14 +39,16 @@ cd "$(dirname "$0")/.."
 seconds=300
 targets=()
 list=0
+build_only=0
 for arg in "$@"; do
     case "$arg" in
         --smoke) seconds=20 ;;
         --list) list=1 ;;
+        --build) build_only=1 ;;
         -h|--help) usage_from_header "$0"; exit 0 ;;
         ''|*[!0-9]*)
             case "$arg" in
-                -*) die "unknown option $arg (expected SECONDS, --smoke, --list, --help or target names)" ;;
+                -*) die "unknown option $arg (expected SECONDS, --smoke, --list, --build, --help or target names)" ;;
             esac
             targets+=("$arg") ;;
         *) seconds=$arg ;;
@@ -48,6 +56,8 @@ for arg in "$@"; do
 done
 [ "$seconds" -gt 0 ] || die "SECONDS_PER_TARGET must be at least 1"
 jobs="${FUZZ_JOBS:-1}"
+parallel="${FUZZ_PARALLEL:-$(nproc)}"
+[[ "$parallel" =~ ^[1-9][0-9]*$ ]] || die "FUZZ_PARALLEL=$parallel: give a number of targets to run at once, 1 or more"
 sanitizer="${FUZZ_SANITIZER:-none}"
 nice_level="${FUZZ_NICE:-10}"
 toolchain="${FUZZ_TOOLCHAIN:-nightly}"
@@ -82,25 +92,39 @@ fi
 echo "==> building the fuzz targets ($(cargo +"$toolchain" --version), sanitizer $sanitizer)"
 nice -n "$nice_level" cargo +"$toolchain" fuzz build --fuzz-dir fuzz -s "$sanitizer"
 
+[ "$build_only" = 0 ] || exit 0
+
 logs=$(mktemp -d)
-trap 'rm -rf "$logs"' EXIT
-summary=()
-failed=()
-for t in "${targets[@]}"; do
-    echo "==> fuzzing $t for ${seconds}s"
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$logs"' EXIT
+
+# fuzz_one TARGET: fuzzes TARGET for $seconds, its output in $logs/TARGET.log,
+# its exit status in $logs/TARGET.status.
+fuzz_one() {
+    local t=$1 parallel_args=() status
     mkdir -p "fuzz/corpus/$t" "fuzz/seeds/$t" "fuzz/artifacts/$t"
-    parallel=()
     if [ "$jobs" -gt 1 ]; then
-        parallel=("-fork=$jobs")
+        parallel_args=("-fork=$jobs")
     fi
-    log="$logs/$t.log"
     set +e
     nice -n "$nice_level" cargo +"$toolchain" fuzz run --fuzz-dir fuzz -s "$sanitizer" "$t" \
         "fuzz/corpus/$t" "fuzz/seeds/$t" -- \
         -max_total_time="$seconds" -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 \
-        "${parallel[@]}" 2>&1 | tee "$log"
-    status=${PIPESTATUS[0]}
+        "${parallel_args[@]}" >"$logs/$t.log" 2>&1
+    status=$?
     set -e
+    echo "$status" >"$logs/$t.status"
+}
+
+# report TARGET: prints TARGET's output and adds its summary row (and, when it
+# failed, where its input is).
+summary=()
+failed=()
+report() {
+    local t=$1 log="$logs/$1.log" status last runs cov ft corp
+    status=$(cat "$logs/$t.status")
+    echo "==> fuzzed $t for ${seconds}s (exit $status)"
+    cat "$log"
     # The last status line: "#RUNS DONE cov: N ft: N corp: N/SIZE ...".
     last=$(grep -E '^#[0-9]+' "$log" | tail -n 1 || true)
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
@@ -123,7 +147,26 @@ for t in "${targets[@]}"; do
             echo "    no crash input was written (see the output above)" >&2
         fi
     fi
+}
+
+# Up to $parallel targets at once; each one reported as it ends.
+running=()
+for t in "${targets[@]}"; do
+    while [ "${#running[@]}" -ge "$parallel" ]; do
+        wait -n || true
+        still=()
+        for r in "${running[@]}"; do
+            if [ -e "$logs/$r.status" ]; then report "$r"; else still+=("$r"); fi
+        done
+        running=("${still[@]}")
+    done
+    echo "==> fuzzing $t for ${seconds}s"
+    fuzz_one "$t" &
+    pids+=($!)
+    running+=("$t")
 done
+wait
+for r in "${running[@]}"; do report "$r"; done
 
 echo "==> fuzzing summary (${seconds}s per target)"
 printf '%-14s %12s %8s %8s %12s\n' target executions cov features corpus

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # kafka-python's own integration tests against syncline: the test/ directory of
 # kafka-python's source distribution (pip download), run with pytest by
-# crates/e2e/tests/kafka_python_suite.rs against a three-node cluster (what
+# crates/e2e/tests/e2e/kafka_python_suite.rs against a three-node cluster (what
 # runs, and why the rest does not: crates/e2e/kafka-python/SELECTION.md).
 #
 #   scripts/kafka-python-tests.sh fetch   download the kafka-python sdist (pip),
@@ -12,8 +12,8 @@
 #                                         done with the same settings)
 #   scripts/kafka-python-tests.sh clean   remove target/kafka-python-tests/
 #
-# Then: cargo build --workspace --bins &&
-#       cargo nextest run -p syncline-e2e --test kafka_python_suite
+# Then: cargo build -p syncline-broker -p syncline-cli &&
+#       cargo nextest run -p syncline-e2e -E 'test(/^kafka_python_suite::/)'
 #
 # The venv is the one scripts/test.sh makes with Kafka's Python clients
 # (target/kafka-clients, kafka-python among them; scripts/test.sh runs this

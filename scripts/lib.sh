@@ -278,7 +278,7 @@ require_security_cli() {
     local c
     for c in cert user acl; do
         "${SYNCLINE:-syncline}" "$c" --help >/dev/null 2>&1 ||
-            die "${SYNCLINE:-syncline} has no \`$c\` command (needed for a secure cluster): rebuild it with cargo build --release --bins"
+            die "${SYNCLINE:-syncline} has no \`$c\` command (needed for a secure cluster): rebuild it with cargo build --release ${SHIPPED_PACKAGES[*]}"
     done
 }
 
@@ -452,19 +452,45 @@ ensure_kafka_clients() {
 
 # ---------------------------------------------------------------- build, Docker
 
-# build_bins PROFILE: cargo build [--release] --bins (PROFILE release or
-# debug), unless SYNCLINE_NO_BUILD=1.
-build_bins() {
-    local cmd=(cargo build --bins)
-    [ "$1" = release ] && cmd=(cargo build --release --bins)
+# The binaries users run, and their packages. They are built on their own:
+# cargo compiles a package once per build, with the features of every package
+# in that build, so a build of the whole workspace gives synclined the
+# test-only features that the test crates turn on (crates/broker/Cargo.toml).
+SHIPPED_PACKAGES=(-p syncline-broker -p syncline-cli)
+
+# build_shipped PROFILE [-p PACKAGE...]: builds synclined and syncline (and
+# the other packages given) into target/PROFILE (release or debug), unless
+# SYNCLINE_NO_BUILD=1, then checks that synclined is a shipped build.
+build_shipped() {
+    local profile=$1 cmd=(cargo build)
+    shift
+    [ "$profile" = release ] && cmd+=(--release)
+    cmd+=("${SHIPPED_PACKAGES[@]}" "$@")
     if [ "${SYNCLINE_NO_BUILD:-0}" = 1 ]; then
-        echo "==> SYNCLINE_NO_BUILD=1: using target/$1 as it is"
-        return
+        echo "==> SYNCLINE_NO_BUILD=1: using target/$profile as it is"
+    else
+        command -v cargo >/dev/null ||
+            die "cargo not found: install the Rust toolchain (rustup) and run this again"
+        echo "==> ${cmd[*]}"
+        "${cmd[@]}"
     fi
-    command -v cargo >/dev/null ||
-        die "cargo not found: install the Rust toolchain (rustup) and run this again"
-    echo "==> ${cmd[*]}"
-    "${cmd[@]}"
+    check_shipped "target/$profile"
+}
+
+# check_shipped DIR: DIR/synclined and DIR/syncline exist, and synclined
+# holds no test-only feature (its --version names them: "(test-only features:
+# none)" in a shipped build).
+check_shipped() {
+    local bin=$1/synclined version release="" b
+    [ "${1##*/}" = release ] && release=" --release"
+    for b in synclined syncline; do
+        [ -x "$1/$b" ] || die "$1/$b is missing: build it with cargo build$release ${SHIPPED_PACKAGES[*]}"
+    done
+    version=$("$bin" --version) || die "$bin --version failed"
+    case "$version" in
+    *"(test-only features: none)") echo "==> $bin is a shipped build: $version" ;;
+    *) die "$bin is not a shipped build: $version (a build of the whole workspace compiles the test crates' features into it): build it with cargo build$release ${SHIPPED_PACKAGES[*]}" ;;
+    esac
 }
 
 # The compose project of the secure cluster of compose project $1

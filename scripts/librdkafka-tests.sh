@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # librdkafka's own test suite against syncline: the tests/ directory of the
 # librdkafka source that the rdkafka-sys crate ships, built here,
-# and run by crates/e2e/tests/librdkafka_suite.rs against a three-node cluster
+# and run by crates/e2e/tests/e2e/librdkafka_suite.rs against a three-node cluster
 # (the curated list and each exclusion's reason: crates/e2e/librdkafka/).
 #
 #   scripts/librdkafka-tests.sh build   fetch the source through cargo and build
@@ -10,8 +10,8 @@
 #                                       already built with the same settings)
 #   scripts/librdkafka-tests.sh clean   remove target/librdkafka-tests/
 #
-# Then: cargo build --workspace --bins &&
-#       cargo nextest run -p syncline-e2e --test librdkafka_suite
+# Then: cargo build -p syncline-broker -p syncline-cli &&
+#       cargo nextest run -p syncline-e2e -E 'test(/^librdkafka_suite::/)'
 #
 # The source: a throwaway crate depending on rdkafka-sys (pinned below), whose
 # `cargo fetch` downloads it; `cargo metadata` says where cargo unpacked it, and

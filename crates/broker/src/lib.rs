@@ -69,7 +69,72 @@ mod send;
 mod server;
 pub mod topic_config;
 
+/// The test-only cargo features compiled into this build: `legacy-truncation`,
+/// `unauthenticated-internal-apis` and `planted-bugs` (Cargo.toml says what
+/// each does). Only the test crates turn them on, and cargo compiles a package
+/// once per build with the features of every package in it: a build of the
+/// whole workspace gives `synclined` all three. The binaries the scripts ship
+/// and benchmark are built on their own (`build_shipped` in scripts/lib.sh) and
+/// must list none; `synclined --version` prints this list so that they can be
+/// checked.
+#[must_use]
+pub fn test_only_features() -> Vec<&'static str> {
+    let mut features = Vec::new();
+    if cfg!(feature = "legacy-truncation") {
+        features.push("legacy-truncation");
+    }
+    if cfg!(feature = "unauthenticated-internal-apis") {
+        features.push("unauthenticated-internal-apis");
+    }
+    if cfg!(feature = "planted-bugs") {
+        features.push("planted-bugs");
+    }
+    features
+}
+
+/// `synclined --version`: the package version and [`test_only_features`],
+/// `none` in a shipped build.
+#[must_use]
+pub fn version() -> String {
+    let features = test_only_features();
+    let features = if features.is_empty() {
+        "none".to_string()
+    } else {
+        features.join(", ")
+    };
+    format!(
+        "{} (test-only features: {features})",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
 pub use broker::{start, start_on, Broker, BrokerHandle};
 pub use config::BrokerConfig;
 pub use lifecycle::BrokerStatus;
 pub use replica_manager::ReplicaManager;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The workspace's test build has every test-only feature on (the e2e and
+    /// sim crates ask for them), a shipped build none: either way the version
+    /// names exactly the ones compiled in.
+    #[test]
+    fn the_version_names_each_test_only_feature_compiled_in_or_none() {
+        let v = version();
+        let compiled = [
+            ("legacy-truncation", cfg!(feature = "legacy-truncation")),
+            (
+                "unauthenticated-internal-apis",
+                cfg!(feature = "unauthenticated-internal-apis"),
+            ),
+            ("planted-bugs", cfg!(feature = "planted-bugs")),
+        ];
+        for (feature, on) in compiled {
+            assert_eq!(v.contains(feature), on, "{feature} in {v}");
+        }
+        let none = compiled.iter().all(|(_, on)| !on);
+        assert_eq!(v.ends_with("(test-only features: none)"), none, "{v}");
+    }
+}

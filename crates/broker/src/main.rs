@@ -5,16 +5,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use syncline_broker::net::{BoundTcp, Network, Tcp};
 use syncline_broker::BrokerConfig;
 use tracing_subscriber::EnvFilter;
 
 /// The syncline broker.
-#[derive(Debug, Parser)]
+#[derive(Debug, clap::Parser)]
 #[command(
     name = "synclined",
-    version,
     about,
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true
@@ -53,7 +52,13 @@ enum Credentials {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    // The version names the test-only features compiled in (none in a shipped
+    // build): scripts/lib.sh's check_shipped reads it.
+    let command = Args::command().version(syncline_broker::version().leak() as &str);
+    let args = match Args::from_arg_matches(&command.get_matches()) {
+        Ok(args) => args,
+        Err(e) => e.exit(),
+    };
     if let Some(Command::Credentials {
         action: Credentials::Create { dir, brokers },
     }) = args.command

@@ -38,10 +38,15 @@ pub fn bin_dir() -> PathBuf {
 
 /// Path of a workspace binary, which must have been built.
 pub fn bin(name: &str) -> PathBuf {
+    assert!(
+        std::env::var_os("SYNCLINE_E2E_IN_PROCESS_ONLY").is_none(),
+        "{name}: this is the quick tier (scripts/test.sh --quick), which starts no \
+         process; a test that runs {name} belongs outside the `in_process` modules"
+    );
     let path = bin_dir().join(name);
     assert!(
         path.exists(),
-        "{} is missing: build the binaries first (`cargo build --bins`; scripts/test.sh does it)",
+        "{} is missing: build the binaries first (`cargo build -p syncline-broker -p syncline-cli`; scripts/test.sh does it)",
         path.display()
     );
     path
