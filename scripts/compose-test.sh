@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Container test of the docker compose cluster (RELIABILITY.md's network and
-# process faults, DESIGN.md §5 layer 5), run by .ci/run when a Docker engine
+# Container test of the docker compose cluster (network and process faults,
+# docs/INVARIANTS.md#faults; README, "Docker"), run by scripts/test.sh when a Docker engine
 # answers:
 #
 #   1. start the compose cluster (its own compose project, fresh volumes);

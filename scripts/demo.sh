@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A guided, unattended tour of the ISR (DESIGN.md §3) on a throwaway
+# A guided, unattended tour of the ISR (README: "The replication contract") on a throwaway
 # three-broker cluster of its own: its own temporary directory, free ports and
 # short timers, so it never touches a cluster started by scripts/cluster.sh.
 #

@@ -2,7 +2,7 @@
 //! use over 10 s and its memory, without and with them. Target: CPU near idle (well
 //! under 5% of a core) and a few kilobytes per waiting fetch, since a waiting fetch
 //! is an entry in the fetch purgatory and on the timing wheel, not a task or a
-//! thread (DESIGN.md §2.4).
+//! thread (the purgatory's design: crates/purgatory/src/lib.rs).
 //!
 //! `cargo bench -p syncline-broker --bench idle_long_polls` (about 35 s once built;
 //! cargo builds `synclined` with the bench profile, optimized, first).

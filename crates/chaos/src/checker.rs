@@ -1,6 +1,6 @@
 //! Judges a run's [`History`] against the state read after healing ([`Final`]):
 //! the verdicts of Jepsen's Kafka queue workload and the invariants of
-//! RELIABILITY.md. Pure: a table of hand-made histories shows each verdict can
+//! docs/INVARIANTS.md. Pure: a table of hand-made histories shows each verdict can
 //! be reached (the checker can fail).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,26 +14,27 @@ pub enum Kind {
     /// An acknowledged record is not in the log (I1).
     LostWrite,
     /// An acknowledged record is in the log at another offset than acknowledged,
-    /// or a consumer read one value at an offset where the log has another (I4).
+    /// or a consumer read one value at an offset where the log has another (I2).
     InconsistentOffset,
-    /// A value in the log twice (a failure: the producer is idempotent).
+    /// A value of a promised producer in the log twice (I3: under safe settings
+    /// the promised producers are idempotent).
     Duplicate,
     /// A value in the log that nobody sent.
     Unexpected,
     /// A producer's acknowledged offsets on a partition not growing in the order
     /// it sent (I4).
     Reordered,
-    /// Acknowledged with an ISR smaller than `min.insync.replicas` (I3).
+    /// Acknowledged with an ISR smaller than `min.insync.replicas` (I8).
     SmallIsr,
-    /// A consumer's next record was past the one after its last (a hole).
+    /// A consumer's next record was past the one after its last (a hole) (I5).
     PollSkip,
-    /// A consumer's next record was at or before its last, with no reset.
+    /// A consumer's next record was at or before its last, with no reset (I5).
     NonMonotonicPoll,
     /// A consumer read a record the log no longer has: it was served above
     /// what became the high watermark (I5).
     ReadAboveHighWatermark,
     /// A high watermark went back: within one leader's epoch, or below what a
-    /// leader once gave (committed records gone) (I6).
+    /// leader once gave (committed records gone) (I7).
     HighWatermarkBackwards,
     /// Two leaders in one epoch, a leader outside its ISR, an epoch going back
     /// (I7, I8).

@@ -1,8 +1,10 @@
-//! What the failure tests check, shared: a watch over every broker's view of who
-//! leads (one leader per partition and leader epoch, RELIABILITY.md I7/I8), an
-//! `acks=all` load with exact accounting, and the verification after healing
-//! (every acknowledged record readable at the offset it was acknowledged with, I1,
-//! I4; replica logs byte-identical below the high watermark, I2).
+//! What the failure tests check, shared (the invariants: docs/INVARIANTS.md): a
+//! watch over every broker's view of who leads (one leader per partition and
+//! leader epoch, leader in ISR within replicas, epochs never going back: I7/I8),
+//! an `acks=all` load with exact accounting, and the verification after healing
+//! (every acknowledged record readable, I1, at the offset it was acknowledged
+//! with, I2; acknowledged offsets growing in sending order, I4; replica logs
+//! byte-identical below the high watermark, I2).
 //!
 //! Every wait here is a poll with a deadline that names what it waited for and
 //! the last state it saw.
@@ -22,7 +24,7 @@ use tokio::time::Instant;
 use crate::client::read_all;
 use crate::Cluster;
 
-/// Short timers (the issue's suggestion) so that failures are detected in seconds.
+/// Short timers, so that failures are detected in seconds.
 pub const FAST_TIMERS: &str = "replica_lag_time_max_ms = 2000\n\
                                broker_session_timeout_ms = 3000\n\
                                broker_heartbeat_interval_ms = 500\n";

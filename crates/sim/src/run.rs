@@ -1147,7 +1147,7 @@ struct Watched {
 }
 
 /// Until `watching` goes false, for both topics: two brokers leading one
-/// partition in one epoch, or a broker's epoch going back (I7, I8); and
+/// partition in one epoch, or a broker's epoch going back (I7); and
 /// every ISR shrink, with its simulated time, for the driver to judge (I11).
 /// It also keeps `roles` up to date for the targeted faults.
 async fn watch_leaders(

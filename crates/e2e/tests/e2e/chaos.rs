@@ -1,10 +1,12 @@
 //! Chaos: random process faults (SIGKILL + restart, SIGSTOP + SIGCONT, SIGTERM +
 //! restart) on any of four brokers, three of which are the controller voters (the
 //! active controller is hit as often as any other node), under an `acks=all` load,
-//! then every invariant of RELIABILITY.md the harness can observe: no acknowledged
-//! record lost and each at its acknowledged offset (I1, I4), replica logs identical
-//! below the high watermark (I2), one leader per partition and epoch, leader in
-//! the ISR, epochs never going back (I7, I8), and progress after healing (I9).
+//! then every invariant of docs/INVARIANTS.md the harness can observe: no
+//! acknowledged record lost (I1), each at its acknowledged offset and replica logs
+//! identical below the high watermark (I2), no record written twice by the
+//! idempotent load (I3), acknowledged offsets growing (I4), one leader per
+//! partition and epoch, leader in the ISR, epochs never going back (I7, I8), and
+//! progress after healing (I9).
 //!
 //! Bounded for CI (`SYNCLINE_CHAOS_SECS`, default 20 s of faults; the test
 //! runner ends a test after 300 s). Soaks, network and power faults and

@@ -1,5 +1,6 @@
-//! The seed's story with real processes: acks=all under follower pauses (SIGSTOP),
-//! ISR shrink and expand, min.insync.replicas, and identical logs after healing.
+//! The ISR of the README's "The replication contract", with real processes:
+//! acks=all under follower pauses (SIGSTOP), ISR shrink and expand,
+//! min.insync.replicas, and identical logs after healing.
 
 use std::time::Duration;
 

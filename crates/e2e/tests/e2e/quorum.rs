@@ -169,7 +169,8 @@ async fn a_paused_controller_is_deposed_and_its_stale_epoch_is_refused() {
         .await;
     }
     wait_full_isr(&cluster, successor, TOPIC, WAIT).await;
-    // I7/I8 as every broker saw it: one leader per partition and epoch.
+    // Nothing acknowledged lost (I1, I2, I4), and I7/I8 as every broker saw it:
+    // one leader per partition and epoch, in its ISR, no unclean election.
     finish_and_verify(&cluster, TOPIC, PARTITIONS, MIN_ISR as usize, load, watch).await;
     // What the zombie could still send is refused: an announcement of its old
     // epoch, on a connection authenticated as the zombie, changes nothing on any
