@@ -403,17 +403,20 @@ impl PartitionCore {
     /// The leader appended; its log now ends at `log_end_offset`. Wakes fetches
     /// waiting for data; with an ISR of one the high watermark follows at once.
     pub fn on_leader_append(&mut self, log_end_offset: i64) -> Effects {
-        self.log_end_offset = log_end_offset;
-        let effects = Effects::default().wake(Wake::Fetches);
-        let Some(l) = self.leader_mut() else {
-            return effects;
+        let effects = 'event: {
+            self.log_end_offset = log_end_offset;
+            let effects = Effects::default().wake(Wake::Fetches);
+            let Some(l) = self.leader_mut() else {
+                break 'event effects;
+            };
+            if l.on_leader_append(log_end_offset) {
+                let hw = l.high_watermark();
+                effects.high_watermark(hw)
+            } else {
+                effects
+            }
         };
-        if l.on_leader_append(log_end_offset) {
-            let hw = l.high_watermark();
-            effects.high_watermark(hw)
-        } else {
-            effects
-        }
+        self.checked(effects)
     }
 
     /// Where an acks=all produce that needs `required_offset` (last offset + 1),
@@ -586,24 +589,27 @@ impl PartitionCore {
     /// everything below it (caught-up time, high watermark, ISR expansion). A fetch
     /// read under another leader epoch than the current one records nothing.
     pub fn on_follower_fetch(&mut self, now: Instant, fetch: &FollowerFetch) -> Effects {
-        if fetch.request_epoch != self.leader_epoch {
-            return Effects::default();
-        }
-        let Some(leader) = self.leader_mut() else {
-            return Effects::default();
+        let effects = 'event: {
+            if fetch.request_epoch != self.leader_epoch {
+                break 'event Effects::default();
+            }
+            let Some(leader) = self.leader_mut() else {
+                break 'event Effects::default();
+            };
+            let Some(outcome) = leader.on_follower_fetch(now, fetch) else {
+                break 'event Effects::default();
+            };
+            let hw = leader.high_watermark();
+            let mut effects = Effects {
+                alter_partition: outcome.expand,
+                ..Effects::default()
+            };
+            if outcome.high_watermark_advanced {
+                effects = effects.high_watermark(hw);
+            }
+            effects
         };
-        let Some(outcome) = leader.on_follower_fetch(now, fetch) else {
-            return Effects::default();
-        };
-        let hw = leader.high_watermark();
-        let mut effects = Effects {
-            alter_partition: outcome.expand,
-            ..Effects::default()
-        };
-        if outcome.high_watermark_advanced {
-            effects = effects.high_watermark(hw);
-        }
-        effects
+        self.checked(effects)
     }
 
     /// The timer: the leader's periodic ISR shrink check, run every
@@ -611,18 +617,21 @@ impl PartitionCore {
     /// often; each partition keeps its own pace, so a topic's shorter lag time
     /// applies from the moment it is known).
     pub fn on_tick(&mut self, now: Instant) -> Effects {
-        let due = self.next_shrink_check.is_none_or(|t| now >= t);
-        let leo = self.log_end_offset;
-        let Some(leader) = self.leader_mut().filter(|_| due) else {
-            return Effects::default();
+        let effects = 'event: {
+            let due = self.next_shrink_check.is_none_or(|t| now >= t);
+            let leo = self.log_end_offset;
+            let Some(leader) = self.leader_mut().filter(|_| due) else {
+                break 'event Effects::default();
+            };
+            let next = now + leader.lag_time_max() / 2;
+            let proposal = leader.maybe_shrink(now, leo);
+            self.next_shrink_check = Some(next);
+            Effects {
+                alter_partition: proposal,
+                ..Effects::default()
+            }
         };
-        let next = now + leader.lag_time_max() / 2;
-        let proposal = leader.maybe_shrink(now, leo);
-        self.next_shrink_check = Some(next);
-        Effects {
-            alter_partition: proposal,
-            ..Effects::default()
-        }
+        self.checked(effects)
     }
 
     /// When the leader's next ISR shrink check is due (`now` when at the next
@@ -641,29 +650,32 @@ impl PartitionCore {
         result: AlterPartitionResult,
         now: Instant,
     ) -> Effects {
-        let leo = self.log_end_offset;
-        let epoch = self.leader_epoch;
-        let Some(leader) = self.leader_mut() else {
-            return Effects::default();
+        let effects = 'event: {
+            let leo = self.log_end_offset;
+            let epoch = self.leader_epoch;
+            let Some(leader) = self.leader_mut() else {
+                break 'event Effects::default();
+            };
+            match result {
+                Ok(c) if c.leader_epoch == epoch => {
+                    let effects = self.commit_isr(None, c.isr.clone(), c.partition_epoch);
+                    if effects.is_some() {
+                        self.isr = c.isr;
+                        self.partition_epoch = c.partition_epoch;
+                    }
+                    effects.unwrap_or_default()
+                }
+                Ok(_) | Err(_) => {
+                    if leader.on_isr_change_failed(leo, now) {
+                        let hw = leader.high_watermark();
+                        Effects::default().high_watermark(hw)
+                    } else {
+                        Effects::default()
+                    }
+                }
+            }
         };
-        match result {
-            Ok(c) if c.leader_epoch == epoch => {
-                let effects = self.commit_isr(None, c.isr.clone(), c.partition_epoch);
-                if effects.is_some() {
-                    self.isr = c.isr;
-                    self.partition_epoch = c.partition_epoch;
-                }
-                effects.unwrap_or_default()
-            }
-            Ok(_) | Err(_) => {
-                if leader.on_isr_change_failed(leo, now) {
-                    let hw = leader.high_watermark();
-                    Effects::default().high_watermark(hw)
-                } else {
-                    Effects::default()
-                }
-            }
-        }
+        self.checked(effects)
     }
 
     /// Applies a committed ISR to the leader state. None when it is not newer than
@@ -729,63 +741,66 @@ impl PartitionCore {
         local_broker_epoch: i64,
         now: Instant,
     ) -> Effects {
-        if a.partition_epoch < self.partition_epoch
-            || (a.partition_epoch == self.partition_epoch && a.leader_epoch == self.leader_epoch)
-        {
-            return self.on_config(config);
-        }
-        if a.leader_epoch < self.leader_epoch {
-            return Effects::default();
-        }
-        let hw_before = self.high_watermark();
-        let same_epoch = a.leader_epoch == self.leader_epoch;
-        let was_leader = self.is_leader();
-        self.replicas = a.replicas.clone();
-        self.isr = a.isr.clone();
-        self.partition_epoch = a.partition_epoch;
-        self.leader = a.leader;
-        self.leader_epoch = a.leader_epoch;
-        // Its high watermark is published with the role's, below.
-        let _ = self.on_config(config);
-        let mut effects = if a.leader == Some(self.local_id) {
-            if same_epoch && was_leader {
-                let mut effects = self
-                    .commit_isr(Some(a.replicas.clone()), a.isr.clone(), a.partition_epoch)
-                    .unwrap_or_default();
-                effects.role = RoleChange::Updated;
-                effects
+        let effects = 'event: {
+            if a.partition_epoch < self.partition_epoch
+                || (a.partition_epoch == self.partition_epoch
+                    && a.leader_epoch == self.leader_epoch)
+            {
+                break 'event self.on_config(config);
+            }
+            if a.leader_epoch < self.leader_epoch {
+                break 'event Effects::default();
+            }
+            let hw_before = self.high_watermark();
+            let same_epoch = a.leader_epoch == self.leader_epoch;
+            let was_leader = self.is_leader();
+            self.replicas = a.replicas.clone();
+            self.isr = a.isr.clone();
+            self.partition_epoch = a.partition_epoch;
+            self.leader = a.leader;
+            self.leader_epoch = a.leader_epoch;
+            // Its high watermark is published with the role's, below.
+            let _ = self.apply_config(config);
+            let mut effects = if a.leader == Some(self.local_id) {
+                if same_epoch && was_leader {
+                    let mut effects = self
+                        .commit_isr(Some(a.replicas.clone()), a.isr.clone(), a.partition_epoch)
+                        .unwrap_or_default();
+                    effects.role = RoleChange::Updated;
+                    effects
+                } else {
+                    self.become_leader(a, local_broker_epoch, now)
+                }
             } else {
-                self.become_leader(a, local_broker_epoch, now)
-            }
-        } else {
-            let high_watermark = self.high_watermark();
-            self.role = Role::NotLeader { high_watermark };
-            match a.leader {
-                _ if !was_leader && same_epoch => Effects {
-                    // Still following the same leader in the same epoch: only the
-                    // ISR or the replica set changed.
-                    role: RoleChange::Updated,
-                    ..Effects::default()
-                },
-                None => Effects {
-                    role: RoleChange::BecameOffline,
-                    fetcher: Some(FetcherChange::Stop),
-                    ..Effects::default()
-                },
-                Some(leader) => Effects {
-                    role: RoleChange::BecameFollower,
-                    fetcher: Some(FetcherChange::Follow {
-                        leader,
-                        leader_epoch: a.leader_epoch,
-                    }),
-                    ..Effects::default()
-                },
-            }
+                let high_watermark = self.high_watermark();
+                self.role = Role::NotLeader { high_watermark };
+                match a.leader {
+                    _ if !was_leader && same_epoch => Effects {
+                        // Still following the same leader in the same epoch: only the
+                        // ISR or the replica set changed.
+                        role: RoleChange::Updated,
+                        ..Effects::default()
+                    },
+                    None => Effects {
+                        role: RoleChange::BecameOffline,
+                        fetcher: Some(FetcherChange::Stop),
+                        ..Effects::default()
+                    },
+                    Some(leader) => Effects {
+                        role: RoleChange::BecameFollower,
+                        fetcher: Some(FetcherChange::Follow {
+                            leader,
+                            leader_epoch: a.leader_epoch,
+                        }),
+                        ..Effects::default()
+                    },
+                }
+            };
+            let hw = self.high_watermark();
+            effects.high_watermark = (hw != hw_before).then_some(hw);
+            effects.wake(Wake::FetchesAndProduces)
         };
-        let hw = self.high_watermark();
-        effects.high_watermark = (hw != hw_before).then_some(hw);
-        self.check_invariants();
-        effects.wake(Wake::FetchesAndProduces)
+        self.checked(effects)
     }
 
     fn become_leader(
@@ -831,17 +846,24 @@ impl PartitionCore {
         self.role = Role::NotLeader { high_watermark };
         self.leader = None;
         self.replicas.retain(|&r| r != self.local_id);
-        Effects {
+        let effects = Effects {
             role: RoleChange::Removed,
             fetcher: Some(FetcherChange::Stop),
             ..Effects::default()
-        }
-        .wake(Wake::FetchesAndProduces)
+        };
+        self.checked(effects.wake(Wake::FetchesAndProduces))
     }
 
     /// Adopts a topic config: a new lag time re-paces the shrink check at the next
     /// tick; a new `min.insync.replicas` may let the high watermark advance.
     pub fn on_config(&mut self, config: ReplicationConfig) -> Effects {
+        let effects = self.apply_config(config);
+        self.checked(effects)
+    }
+
+    /// [`Self::on_config`] without the invariants' check: also a step of
+    /// [`Self::on_leader_and_isr`], in the middle of its change.
+    fn apply_config(&mut self, config: ReplicationConfig) -> Effects {
         let leo = self.log_end_offset;
         let lag_changed = config.lag_time_max != self.config.lag_time_max;
         self.config = config;
@@ -880,46 +902,54 @@ impl PartitionCore {
         leader_high_watermark: i64,
         log_end_offset: i64,
     ) -> Effects {
-        self.log_end_offset = log_end_offset;
-        let Role::NotLeader { high_watermark } = &mut self.role else {
-            return Effects::default();
+        let effects = 'event: {
+            self.log_end_offset = log_end_offset;
+            let Role::NotLeader { high_watermark } = &mut self.role else {
+                break 'event Effects::default();
+            };
+            let hw = leader_high_watermark
+                .min(log_end_offset)
+                .max((*high_watermark).min(log_end_offset));
+            let changed = hw != *high_watermark;
+            *high_watermark = hw;
+            if changed {
+                Effects::default().high_watermark(hw)
+            } else {
+                Effects::default()
+            }
         };
-        let hw = leader_high_watermark
-            .min(log_end_offset)
-            .max((*high_watermark).min(log_end_offset));
-        let changed = hw != *high_watermark;
-        *high_watermark = hw;
-        self.check_invariants();
-        if changed {
-            Effects::default().high_watermark(hw)
-        } else {
-            Effects::default()
-        }
+        self.checked(effects)
     }
 
     /// The follower's log was truncated (or emptied to restart) and now ends at
     /// `log_end_offset`: a high watermark above it comes down with it.
     pub fn on_follower_truncated(&mut self, log_end_offset: i64) -> Effects {
-        self.log_end_offset = log_end_offset;
-        let Role::NotLeader { high_watermark } = &mut self.role else {
-            return Effects::default();
+        let effects = 'event: {
+            self.log_end_offset = log_end_offset;
+            let Role::NotLeader { high_watermark } = &mut self.role else {
+                break 'event Effects::default();
+            };
+            if *high_watermark > log_end_offset {
+                *high_watermark = log_end_offset;
+                break 'event Effects::default().high_watermark(log_end_offset);
+            }
+            Effects::default()
         };
-        if *high_watermark > log_end_offset {
-            *high_watermark = log_end_offset;
-            return Effects::default().high_watermark(log_end_offset);
-        }
-        Effects::default()
+        self.checked(effects)
     }
 
     /// The follower's log was emptied to restart at `offset` (the leader's log
     /// starts after ours): the high watermark restarts there too.
     pub fn on_follower_restarted_at(&mut self, offset: i64) -> Effects {
-        self.log_end_offset = offset;
-        let Role::NotLeader { high_watermark } = &mut self.role else {
-            return Effects::default();
+        let effects = 'event: {
+            self.log_end_offset = offset;
+            let Role::NotLeader { high_watermark } = &mut self.role else {
+                break 'event Effects::default();
+            };
+            *high_watermark = offset;
+            Effects::default().high_watermark(offset)
         };
-        *high_watermark = offset;
-        Effects::default().high_watermark(offset)
+        self.checked(effects)
     }
 
     // --- describe ---
@@ -983,6 +1013,14 @@ impl PartitionCore {
             pending_isr: l.pending().map(|p| p.isr.clone()).unwrap_or_default(),
             ..Default::default()
         })
+    }
+
+    /// Every event handler ends here: the invariants hold after each event
+    /// (checked in debug builds: the unit tests, and the brokers the end-to-end
+    /// tests start; docs/INVARIANTS.md).
+    fn checked(&self, effects: Effects) -> Effects {
+        self.check_invariants();
+        effects
     }
 
     fn check_invariants(&self) {
@@ -1074,6 +1112,87 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    // --- invariants ---
+
+    /// Every event handler checks the invariants once its event is applied
+    /// (debug builds): a core put into a state that breaks one fails at
+    /// whichever event comes next, and the same event on a sound core does not.
+    #[cfg(debug_assertions)]
+    #[test]
+    fn every_event_handler_checks_the_invariants() {
+        use std::panic::{catch_unwind, AssertUnwindSafe};
+        let now = Instant::now();
+        // Leading while the announcement names another leader.
+        let leading = |broken: bool| {
+            let mut c = leader(&[1, 2, 3], 10, 10, 1, now);
+            if broken {
+                c.leader = Some(2);
+            }
+            c
+        };
+        // Following with a high watermark above its log's end.
+        let following = |broken: bool| {
+            let mut c = follower(10, 10, now);
+            if broken {
+                c.log_end_offset = 5;
+            }
+            c
+        };
+        type Event<'a> = Box<dyn Fn(&mut PartitionCore) -> Effects + 'a>;
+        type Core<'a> = &'a dyn Fn(bool) -> PartitionCore;
+        let cases: [(&str, Core, Event); 10] = [
+            (
+                "on_leader_append",
+                &leading,
+                Box::new(|c| c.on_leader_append(10)),
+            ),
+            (
+                "on_follower_fetch",
+                &leading,
+                Box::new(|c| c.on_follower_fetch(now, &fetch(2, 10, 10, 5))),
+            ),
+            ("on_tick", &leading, Box::new(|c| c.on_tick(now + LAG))),
+            (
+                "on_alter_partition_result",
+                &leading,
+                Box::new(|c| c.on_alter_partition_result(Err(ErrorCode::FencedLeaderEpoch), now)),
+            ),
+            (
+                "on_leader_and_isr",
+                &following,
+                Box::new(|c| {
+                    c.on_leader_and_isr(&announce(Some(2), 5, 9, &[1, 2]), config(1), 1, now)
+                }),
+            ),
+            ("on_removed", &following, Box::new(|c| c.on_removed())),
+            ("on_config", &leading, Box::new(|c| c.on_config(config(2)))),
+            (
+                "on_follower_append",
+                &leading,
+                Box::new(|c| c.on_follower_append(10, 10)),
+            ),
+            (
+                "on_follower_truncated",
+                &leading,
+                Box::new(|c| c.on_follower_truncated(10)),
+            ),
+            (
+                "on_follower_restarted_at",
+                &leading,
+                Box::new(|c| c.on_follower_restarted_at(10)),
+            ),
+        ];
+        for (name, core, event) in cases {
+            let mut sound = core(false);
+            let _ = event(&mut sound);
+            let mut broken = core(true);
+            let caught = catch_unwind(AssertUnwindSafe(|| {
+                let _ = event(&mut broken);
+            }));
+            assert!(caught.is_err(), "{name} does not check the invariants");
+        }
     }
 
     // --- epochs (KIP-320) ---
