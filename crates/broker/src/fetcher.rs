@@ -698,11 +698,11 @@ impl FetcherTask {
                         }),
                 ),
                 Effect::AskLogStart => match self.leader_log_start(conn, r).await {
-                    Some(leader_log_start) => Event::LogStart {
+                    Ok(leader_log_start) => Event::LogStart {
                         leader_log_start,
                         log_end_offset: r.partition.follower_fetch_position().0,
                     },
-                    None => Event::Failed(ErrorCode::NetworkException),
+                    Err(code) => Event::Failed(code),
                 },
                 Effect::AskEpochEnd { .. } | Effect::Fetch { .. } => {
                     debug_assert!(false, "{effect:?} outside a poll");
@@ -1018,7 +1018,7 @@ impl FetcherTask {
 
     /// Where the leader's log starts (ListOffsets EARLIEST), after our fetch
     /// offset was out of its range.
-    async fn leader_log_start(&mut self, conn: &Connection, r: &Round) -> Option<i64> {
+    async fn leader_log_start(&mut self, conn: &Connection, r: &Round) -> Result<i64, ErrorCode> {
         let req = pb::ListOffsetsRequest {
             replica_id: self.config().node_id,
             isolation_level: 0,
@@ -1031,18 +1031,30 @@ impl FetcherTask {
                 }],
             }],
         };
-        match self
+        let answer = self
             .send(conn, pb::request::Body::ListOffsets(req), REQUEST_TIMEOUT)
-            .await
-        {
-            Some(pb::response::Body::ListOffsets(resp)) => resp
-                .topics
-                .into_iter()
-                .flat_map(|t| t.partitions)
-                .find(|p| p.error_code == 0)
-                .map(|p| p.offset),
-            _ => None,
-        }
+            .await;
+        log_start_answer(answer, r.tp.partition)
+    }
+}
+
+/// The leader's log start from its ListOffsets answer for `partition`, or the
+/// error the follower machine is told: the partition's own code (a
+/// `FENCED_LEADER_EPOCH` ends our epoch's fetching), or `NETWORK_EXCEPTION`
+/// when there is no answer for it.
+fn log_start_answer(answer: Option<pb::response::Body>, partition: i32) -> Result<i64, ErrorCode> {
+    let Some(pb::response::Body::ListOffsets(resp)) = answer else {
+        return Err(ErrorCode::NetworkException);
+    };
+    let p = resp
+        .topics
+        .into_iter()
+        .flat_map(|t| t.partitions)
+        .find(|p| p.partition == partition)
+        .ok_or(ErrorCode::NetworkException)?;
+    match ErrorCode::from_wire(p.error_code) {
+        ErrorCode::None => Ok(p.offset),
+        code => Err(code),
     }
 }
 
@@ -1068,6 +1080,45 @@ mod tests {
             .collect();
         v.sort();
         v
+    }
+
+    #[test]
+    fn a_list_offsets_answer_gives_the_log_start_or_the_partitions_own_error() {
+        let answer = |partition: i32, code: ErrorCode| {
+            Some(pb::response::Body::ListOffsets(pb::ListOffsetsResponse {
+                topics: vec![pb::ListOffsetsTopicResponse {
+                    name: "t".into(),
+                    partitions: vec![pb::ListOffsetsPartitionResponse {
+                        partition,
+                        error_code: code as i32,
+                        offset: 42,
+                        ..Default::default()
+                    }],
+                }],
+            }))
+        };
+        let cases = [
+            (answer(0, ErrorCode::None), Ok(42)),
+            // Our epoch is over: the follower machine stops, it does not back off.
+            (
+                answer(0, ErrorCode::FencedLeaderEpoch),
+                Err(ErrorCode::FencedLeaderEpoch),
+            ),
+            (
+                answer(0, ErrorCode::NotLeaderOrFollower),
+                Err(ErrorCode::NotLeaderOrFollower),
+            ),
+            // Another partition's answer, another API's, or none at all.
+            (answer(1, ErrorCode::None), Err(ErrorCode::NetworkException)),
+            (
+                Some(pb::response::Body::Fetch(Default::default())),
+                Err(ErrorCode::NetworkException),
+            ),
+            (None, Err(ErrorCode::NetworkException)),
+        ];
+        for (i, (answer, expected)) in cases.into_iter().enumerate() {
+            assert_eq!(log_start_answer(answer, 0), expected, "case {i}");
+        }
     }
 
     #[test]
