@@ -24,6 +24,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256, Sha512};
+use subtle::ConstantTimeEq;
 
 /// The fewest PBKDF2 iterations a client accepts in server-first (RFC 7677's
 /// minimum, and Kafka's).
@@ -863,13 +864,9 @@ fn xor(a: &[u8], b: &[u8]) -> Vec<u8> {
 }
 
 /// Equality whose time does not depend on where the inputs differ (the lengths
-/// are not secret).
+/// are not secret): `subtle`'s.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(diff) == 0
+    a.ct_eq(b).into()
 }
 
 #[cfg(test)]
@@ -1038,6 +1035,20 @@ mod tests {
         assert!(unescape_username("a=2c").is_err());
         assert!(unescape_username("=41").is_err());
         assert_eq!(unescape_username("=3D=2C").unwrap(), "=,");
+    }
+
+    #[test]
+    fn keys_are_equal_only_when_every_byte_and_the_length_are() {
+        let cases: [(&[u8], &[u8], bool); 5] = [
+            (b"", b"", true),
+            (b"stored key", b"stored key", true),
+            (b"stored key", b"stored kez", false),
+            (b"Stored key", b"stored key", false),
+            (b"stored key", b"stored ke", false),
+        ];
+        for (a, b, equal) in cases {
+            assert_eq!(constant_time_eq(a, b), equal, "{a:?} {b:?}");
+        }
     }
 
     #[test]
