@@ -232,6 +232,30 @@ async fn offset_commit_refuses_unknown_partitions_and_commits_the_rest() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+    // FindCoordinator names this broker once the metadata says it leads the
+    // group's partition; its coordinator starts a moment later (as Kafka's
+    // does), answering NOT_COORDINATOR meanwhile. Ready: it answers the group.
+    loop {
+        let fetch = Body::OffsetFetch(pb::OffsetFetchRequest {
+            group_id: "g".into(),
+            topics: vec![],
+            all: true,
+        });
+        let code = match conn.send(fetch).await {
+            Ok(Resp::OffsetFetch(f)) => ErrorCode::from_wire(f.error_code),
+            Ok(resp) => panic!("{resp:?}"),
+            Err(e) => e.code().unwrap_or_else(|| panic!("{e}")),
+        };
+        match code {
+            ErrorCode::None => break,
+            ErrorCode::NotCoordinator | ErrorCode::CoordinatorLoadInProgress => assert!(
+                tokio::time::Instant::now() < deadline,
+                "the group's coordinator never answered: {code}"
+            ),
+            code => panic!("OffsetFetch: {code}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     let commit = |topics: Vec<(&str, Vec<i32>)>| {
         Body::OffsetCommit(pb::OffsetCommitRequest {
             group_id: "g".into(),
