@@ -197,9 +197,18 @@ async fn replication_factor_up_and_down_cancel_and_a_new_replica_down_until_it_r
     assert_eq!(started[0]["result"], "in progress", "{started:?}");
     assert_eq!(started[0]["adding_replicas"], serde_json::json!([spare]));
     assert_eq!(started[0]["removing_replicas"], serde_json::json!([r[2]]));
-    let described = partition(&cluster, via, topic).await.unwrap();
-    assert_eq!(described.adding_replicas, vec![spare]);
-    assert_eq!(described.removing_replicas, vec![r[2]]);
+    // The controller answered once it committed the reassignment; `via` learns
+    // it from the metadata log a moment later.
+    wait_for(
+        "the reassignment in progress, as via describes it",
+        WAIT,
+        || async {
+            partition(&cluster, via, topic)
+                .await
+                .is_some_and(|p| p.adding_replicas == [spare] && p.removing_replicas == [r[2]])
+        },
+    )
+    .await;
     let controller = cluster.wait_active_controller(&[spare], WAIT).await;
     wait_for("the controller counts one reassignment", WAIT, || async {
         cluster
