@@ -1,5 +1,5 @@
 //! The broker's side of the controller: the I/O shell of the broker's lifecycle
-//! ([`crate::lifecycle`]: registration, heartbeats, controlled shutdown), and the
+//! ([`syncline_replication::lifecycle`]: registration, heartbeats, controlled shutdown), and the
 //! AlterPartition sender that carries ISR proposals.
 
 use std::sync::Arc;
@@ -11,14 +11,14 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::BrokerConfig;
-pub(crate) use crate::lifecycle::BrokerStatus;
-use crate::lifecycle::{
-    Action, Event, HeartbeatAnswer, Lifecycle, LifecycleConfig, State, StopReason,
-};
 use crate::metadata_cache::MetadataCache;
 use crate::net::Network;
 use crate::partition::TopicPartition;
 use crate::replica_manager::{IsrRequest, ReplicaManager};
+pub(crate) use syncline_replication::lifecycle::BrokerStatus;
+use syncline_replication::lifecycle::{
+    Action, Event, HeartbeatAnswer, Lifecycle, LifecycleConfig, State, StopReason,
+};
 
 /// How long one request to the controller may take, following NOT_CONTROLLER hints
 /// and trying other voters included.
@@ -260,12 +260,12 @@ pub(crate) async fn run_lifecycle(
                     heartbeat(&config, &channel, &metadata, broker_epoch, want_shutdown).await,
                 ),
                 Action::SleepUntil(until) if told_shutdown => {
-                    tokio::time::sleep_until(until).await;
+                    tokio::time::sleep_until(until.into()).await;
                     Event::Timer
                 }
                 Action::SleepUntil(until) => tokio::select! {
                     _ = shutdown.cancelled() => continue,
-                    _ = tokio::time::sleep_until(until) => Event::Timer,
+                    _ = tokio::time::sleep_until(until.into()) => Event::Timer,
                 },
                 Action::Stop(reason) => {
                     match reason {
@@ -286,7 +286,7 @@ pub(crate) async fn run_lifecycle(
             }
         };
         let was = lifecycle.state();
-        let step = lifecycle.on_event(event, tokio::time::Instant::now());
+        let step = lifecycle.on_event(event, tokio::time::Instant::now().into_std());
         if let Some(s) = step.status {
             match was {
                 State::Registering => {

@@ -7,7 +7,7 @@
 //!
 //! This module is the I/O shell: which request a partition needs, and how each
 //! answer or error moves it, is decided by its [`FollowerState`] machine
-//! ([`crate::follower`]); the task here sends the requests, touches the log, and
+//! ([`syncline_replication::follower`]); the task here sends the requests, touches the log, and
 //! feeds the outcomes back.
 
 use std::collections::HashMap;
@@ -24,15 +24,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::BrokerConfig;
-use crate::follower::{
-    retry_backoff, Effect, Event, FetchAnswer, FollowerState, LogPosition, TruncationCause,
-};
 use crate::metadata_cache::MetadataCache;
 use crate::metrics::{BrokerMetrics, ThrottleSide};
 use crate::net::Network;
-use crate::partition::truncation::LocalLog;
 use crate::partition::{Partition, TopicPartition};
 use crate::quota::ReplicationQuota;
+use syncline_replication::follower::{
+    retry_backoff, Effect, Event, FetchAnswer, FollowerState, LogPosition, TruncationCause,
+};
+use syncline_replication::partition::truncation::LocalLog;
 
 /// Longest a request to a leader may take beyond its own wait.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -440,7 +440,7 @@ fn step_in(
     if !Arc::ptr_eq(&s.partition, &r.partition) || s.machine.leader_epoch() != r.leader_epoch {
         return None;
     }
-    Some(s.machine.on_event(event, now))
+    Some(s.machine.on_event(event, now.into_std()))
 }
 
 impl FetcherTask {
@@ -580,6 +580,7 @@ impl FetcherTask {
                     wants.fetches.push((r, p));
                 }
                 Some(Effect::PauseUntil(until)) => {
+                    let until = Instant::from_std(until);
                     wants.next_wake = Some(wants.next_wake.map_or(until, |w| w.min(until)));
                 }
                 Some(other) => debug_assert_eq!(other, Effect::None, "poll of {}", r.tp),

@@ -7,27 +7,22 @@
 //!
 //! # Layout
 //!
-//! Every replication rule is a pure machine (events and `now` in, decisions out,
-//! table-tested); the other modules are the I/O shells that execute them.
+//! Every replication rule is a pure machine in `syncline-replication` (events
+//! and `now` in, decisions out, table-tested, no I/O); the modules here are the
+//! I/O shells that execute them.
 //!
-//! - [`partition`]: one replica. [`partition::core`] (`PartitionCore`: roles and
-//!   epochs from LeaderAndIsr, acks=all completion, fencing, the one high
-//!   watermark, the follower's HW, the divergence check, shrink pacing,
-//!   AlterPartition answers; every event returns `Effects`),
-//!   [`partition::leader_state`] (follower LEOs, `lastCaughtUpTime`, ISR
-//!   shrink/expand proposals) and [`partition::truncation`] (where a follower
-//!   truncates) are the rules; [`partition::Partition`] is the shell around the log
-//!   that runs the core and executes its effects on the log.
+//! - [`partition`]: one replica. [`partition::Partition`] is the shell around
+//!   the log that runs the replica's `PartitionCore` (re-exported here as
+//!   [`partition::core`]) under one lock and executes its effects on the log.
 //! - `replica_manager`: the hosted partitions and the data-plane requests; it
 //!   executes the rest of a partition's effects (purgatory wake-ups,
 //!   AlterPartition, fetchers) and holds the answer-now-or-park rule of fetches.
 //! - `delayed`: DelayedFetch and DelayedProduce, waiting in purgatories.
-//! - `follower`: the pure machine of one followed partition's fetch phases
-//!   (truncating, fetching, backing off, fenced); `fetcher`: the replica fetcher
-//!   tasks that execute it.
-//! - `lifecycle`: the pure machine of the broker's standing with the controller
-//!   (registering, fenced, unfenced, shutting down); `controller_client`: its
-//!   shell, with heartbeats and the AlterPartition sender.
+//! - `fetcher`: the replica fetcher tasks that execute each followed
+//!   partition's `syncline_replication::follower` machine.
+//! - `controller_client`: the shell of the broker's lifecycle machine
+//!   (`syncline_replication::lifecycle`), with heartbeats and the
+//!   AlterPartition sender.
 //! - `controller_host`: the controller role's I/O shell (the rules are in
 //!   `syncline-controller`).
 //! - [`config`]: the TOML configuration (Kafka's names and defaults);
@@ -52,11 +47,9 @@ mod delayed;
 mod describe_configs;
 mod fetch_session;
 mod fetcher;
-mod follower;
 mod groups;
 mod http;
 mod kafka;
-mod lifecycle;
 mod metadata_cache;
 pub mod metrics;
 pub mod net;
@@ -110,8 +103,8 @@ pub fn version() -> String {
 
 pub use broker::{start, start_on, Broker, BrokerHandle};
 pub use config::BrokerConfig;
-pub use lifecycle::BrokerStatus;
 pub use replica_manager::ReplicaManager;
+pub use syncline_replication::lifecycle::BrokerStatus;
 
 #[cfg(test)]
 mod tests {

@@ -24,7 +24,6 @@ use crate::fetch_session::FetchSessionCache;
 use crate::fetcher::FetcherManager;
 use crate::metadata_cache::MetadataCache;
 use crate::metrics::BrokerMetrics;
-use crate::partition::leader_state::{IsrChangeKind, IsrProposal};
 #[cfg(feature = "legacy-truncation")]
 use crate::partition::RoleChange;
 use crate::partition::{
@@ -34,6 +33,7 @@ use crate::partition::{
 use crate::quota::ReplicationQuota;
 use crate::server::Responder;
 use crate::topic_config::TopicConfig;
+use syncline_replication::partition::{IsrChangeKind, IsrProposal};
 
 /// How often the partitions' ISR shrink checks are polled.
 const SHRINK_POLL: Duration = Duration::from_millis(100);
@@ -1391,7 +1391,8 @@ mod tests {
             isr_requests: tx,
             ..rm
         };
-        tokio::time::advance(crate::partition::leader_state::ISR_RETRY_BACKOFF).await;
+        tokio::time::advance(syncline_replication::partition::leader_state::ISR_RETRY_BACKOFF)
+            .await;
         rm.maybe_shrink_isrs();
         let sent = rx.try_recv().expect("a second proposal");
         assert_eq!(sent.proposal.new_isr, vec![1]);

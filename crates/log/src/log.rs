@@ -66,14 +66,7 @@ pub struct ReadInfo {
     pub next_offset: i64,
 }
 
-/// A record found by its timestamp (ListOffsets by timestamp).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TimestampOffset {
-    pub offset: i64,
-    pub timestamp: i64,
-    /// The leader epoch its batch was written in.
-    pub leader_epoch: i32,
-}
+pub use syncline_proto::TimestampOffset;
 
 /// What a retention pass deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

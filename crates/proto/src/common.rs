@@ -140,6 +140,18 @@ impl Backoff {
     }
 }
 
+/// A record found by its timestamp (ListOffsets by timestamp): what the log
+/// finds and the replication rules answer with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimestampOffset {
+    /// The record's offset.
+    pub offset: i64,
+    /// Its timestamp.
+    pub timestamp: i64,
+    /// The leader epoch its batch was written in.
+    pub leader_epoch: i32,
+}
+
 /// Milliseconds since the Unix epoch from the wall clock. Record timestamps,
 /// time-based retention and group offsets' commit times are its only uses
 /// (the group coordinator reads it once and advances it on tokio's clock):

@@ -11,10 +11,12 @@
 pub mod batch;
 mod common;
 pub mod compression;
+#[cfg(feature = "frame")]
 pub mod frame;
 
 pub use common::{
-    validate_topic_name, wall_clock_ms, Backoff, EpochEndOffset, TopicPartition, MAX_TOPIC_NAME_LEN,
+    validate_topic_name, wall_clock_ms, Backoff, EpochEndOffset, TimestampOffset, TopicPartition,
+    MAX_TOPIC_NAME_LEN,
 };
 
 /// Generated protobuf messages (package `syncline.v1`).

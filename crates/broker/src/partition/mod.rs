@@ -17,9 +17,7 @@
 //! follower fetches) take only the log's read lock so they do not stall appends for
 //! long.
 
-pub mod core;
-pub mod leader_state;
-pub mod truncation;
+pub use syncline_replication::partition::{core, leader_state, truncation};
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
@@ -35,13 +33,14 @@ pub use syncline_proto::TopicPartition;
 use syncline_proto::{pb, EpochEndOffset, ErrorCode};
 use tokio::time::Instant;
 
-pub use self::core::{
-    AlterPartitionResult, Announcement, CommittedIsr, Effects, FetchReadiness, FetcherChange,
-    LeaderHealth, ListedOffset, PartitionCore, ProduceCheck, ReplicationConfig, RoleChange, Wake,
-};
 use crate::topic_config::TopicConfig;
-pub use leader_state::FollowerFetch;
-use leader_state::IsrChangeKind;
+use syncline_replication::partition::IsrChangeKind;
+pub use syncline_replication::partition::{
+    AlterPartitionResult, Announcement, CommittedIsr, Effects, FetchReadiness, FetcherChange,
+    FollowerFetch, LeaderHealth, ListedOffset, PartitionCore, ProduceCheck, ReplicationConfig,
+    RoleChange, Wake,
+};
+use syncline_replication::PlantedBugs;
 
 /// The suffix of a removed replica's directory, deleted in the background (and at
 /// the next start if the broker stopped first).
@@ -230,6 +229,17 @@ fn replication_config(config: &TopicConfig) -> ReplicationConfig {
     ReplicationConfig {
         min_insync_replicas: config.min_insync_replicas,
         lag_time_max: config.replica_lag_time_max,
+        planted: planted_bugs(),
+    }
+}
+
+/// The rules the simulation undid in this process (none outside it: without
+/// the `planted-bugs` feature every switch is off).
+fn planted_bugs() -> PlantedBugs {
+    use crate::planted::{active, Bug};
+    PlantedBugs {
+        no_second_caught_up_rule: active(Bug::NoSecondCaughtUpRule),
+        no_min_isr_check: active(Bug::NoMinIsrCheck),
     }
 }
 
@@ -556,7 +566,7 @@ impl Partition {
     /// `f.request_epoch`, nothing is recorded.
     pub fn record_follower_fetch(&self, now: Instant, f: &FollowerFetch) -> Effects {
         let mut core = self.core.lock();
-        let effects = core.on_follower_fetch(now, f);
+        let effects = core.on_follower_fetch(now.into_std(), f);
         self.execute(effects)
     }
 
@@ -630,20 +640,23 @@ impl Partition {
 
     /// The timer: the periodic ISR shrink check, at this partition's own pace.
     pub fn on_tick(&self, now: Instant) -> Effects {
-        let effects = self.core.lock().on_tick(now);
+        let effects = self.core.lock().on_tick(now.into_std());
         self.execute(effects)
     }
 
     /// When this leader's next ISR shrink check is due; None when not leading
     /// (see [`PartitionCore::next_shrink_check`]).
     pub fn next_shrink_check(&self, now: Instant) -> Option<Instant> {
-        self.core.lock().next_shrink_check(now)
+        self.core
+            .lock()
+            .next_shrink_check(now.into_std())
+            .map(Instant::from_std)
     }
 
     /// The controller answered our AlterPartition.
     pub fn on_alter_partition_result(&self, result: AlterPartitionResult, now: Instant) -> Effects {
         let mut core = self.core.lock();
-        let effects = core.on_alter_partition_result(result, now);
+        let effects = core.on_alter_partition_result(result, now.into_std());
         self.execute(effects)
     }
 
@@ -688,7 +701,7 @@ impl Partition {
             &Announcement::from(ps),
             replication_config(&config),
             local_broker_epoch,
-            now,
+            now.into_std(),
         );
         match effects.role {
             RoleChange::BecameLeader => tracing::info!(
@@ -884,7 +897,7 @@ impl Partition {
     pub fn describe(&self, now: Instant) -> Option<pb::PartitionDescription> {
         let core = self.core.lock();
         let log_start = self.log.read().log_start_offset();
-        let mut description = core.describe(self.tp.partition, log_start, now)?;
+        let mut description = core.describe(self.tp.partition, log_start, now.into_std())?;
         description.producer_count = i32::try_from(self.producer_count()).unwrap_or(i32::MAX);
         Some(description)
     }

@@ -9,19 +9,19 @@
 //! fetching, wake waiting fetches and produces). It does no I/O and reads no clock.
 //!
 //! The shell executes effects in two layers, each the only one for its part:
-//! [`Partition`](super::Partition) executes those on the log and its own mirrors
+//! The broker's `Partition` shell executes those on the log and its own mirrors
 //! while it holds the partition's lock (`start_epoch` before any append of the new
 //! epoch, `high_watermark`, `isr_committed`); the replica manager executes the rest
 //! (`wake`, `alter_partition`, `fetcher`).
 
 use std::time::Duration;
 
-use syncline_log::TimestampOffset;
-use syncline_proto::{pb, EpochEndOffset, ErrorCode, ACKS_ALL, NO_LEADER};
-use tokio::time::Instant;
+use std::time::Instant;
+
+use syncline_proto::{pb, EpochEndOffset, ErrorCode, TimestampOffset, ACKS_ALL, NO_LEADER};
 
 use super::leader_state::{BecomeLeader, FollowerFetch, IsrChangeKind, IsrProposal, LeaderState};
-use crate::planted::{self, Bug};
+use crate::planted::PlantedBugs;
 
 /// The part of a topic's config the replication rules read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +30,8 @@ pub struct ReplicationConfig {
     pub min_insync_replicas: usize,
     /// `replica.lag.time.max.ms`.
     pub lag_time_max: Duration,
+    /// Rules a simulation run undoes (none outside it).
+    pub planted: PlantedBugs,
 }
 
 /// One partition's state as the controller announces it (LeaderAndIsr).
@@ -433,7 +435,7 @@ impl PartitionCore {
         }
         if leader.high_watermark() < required_offset {
             ProduceCheck::Pending
-        } else if leader.is_under_min_isr() && !planted::active(Bug::NoMinIsrCheck) {
+        } else if leader.is_under_min_isr() && !self.config.planted.no_min_isr_check {
             ProduceCheck::Failed(ErrorCode::NotEnoughReplicasAfterAppend)
         } else {
             ProduceCheck::Acked {
@@ -822,6 +824,7 @@ impl PartitionCore {
                 log_end_offset: leo,
                 min_insync_replicas: self.config.min_insync_replicas,
                 lag_time_max: self.config.lag_time_max,
+                planted: self.config.planted,
             },
             now,
         );
@@ -871,6 +874,7 @@ impl PartitionCore {
             return Effects::default();
         };
         l.set_lag_time_max(config.lag_time_max);
+        l.set_planted(config.planted);
         let advanced = l.set_min_insync_replicas(config.min_insync_replicas, leo);
         let hw = l.high_watermark();
         if lag_changed {
@@ -1050,6 +1054,7 @@ mod tests {
         ReplicationConfig {
             min_insync_replicas: min_isr,
             lag_time_max: LAG,
+            planted: PlantedBugs::default(),
         }
     }
 

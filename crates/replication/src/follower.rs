@@ -1,7 +1,7 @@
 //! One followed partition's fetch phases as a pure state machine: which request
 //! the partition needs next, and how each answer, error code and failure moves it.
 //! No I/O, no clock: `now` comes in with every event, and every decision comes out
-//! as an [`Effect`] that the replica fetcher ([`crate::fetcher`]) executes and
+//! as an [`Effect`] that the replica fetcher (the broker's `fetcher`) executes and
 //! answers with the next event.
 //!
 //! The transitions:
@@ -25,14 +25,15 @@
 //! another leader or epoch) simply drops its machine; a LeaderAndIsr for a new
 //! leader or epoch starts a new one with [`FollowerState::new`].
 
+use std::time::Instant;
+
 use syncline_proto::{Backoff, EpochEndOffset, ErrorCode};
-use tokio::time::Instant;
 
 use crate::partition::truncation::{decide, LocalLog};
 
 /// Where a partition is in its fetch cycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Phase {
+pub enum Phase {
     /// Must agree with the leader on where the logs diverge before fetching
     /// (OffsetsForLeaderEpoch, then truncation).
     Truncating,
@@ -52,7 +53,7 @@ pub(crate) enum Phase {
 
 /// The phase a pause returns to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Resume {
+pub enum Resume {
     /// Back to [`Phase::Truncating`].
     Truncating,
     /// Back to [`Phase::Fetching`].
@@ -61,7 +62,7 @@ pub(crate) enum Resume {
 
 /// The follower's log position, read by the shell when it asks what is next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct LogPosition {
+pub struct LogPosition {
     /// The local log end offset: the next fetch offset.
     pub log_end_offset: i64,
     /// The latest leader epoch in the local log, if any batch was ever written.
@@ -72,7 +73,7 @@ pub(crate) struct LogPosition {
 
 /// Why a truncation happens; the shell logs it with the truncation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum TruncationCause {
+pub enum TruncationCause {
     /// The leader's answer to OffsetsForLeaderEpoch for `asked_epoch`.
     OffsetsForLeaderEpoch {
         /// The local epoch we asked about.
@@ -84,7 +85,7 @@ pub(crate) enum TruncationCause {
 
 /// One partition's answer in a fetch response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum FetchAnswer {
+pub enum FetchAnswer {
     /// No error: records (possibly none) to append, with the leader's HW.
     Records,
     /// The leader's log diverges from ours at `leader`; `local` is our log as the
@@ -101,7 +102,7 @@ pub(crate) enum FetchAnswer {
 
 /// What happened to the partition, as the shell reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Event {
+pub enum Event {
     /// The shell starts a round: what does the partition need now? Ends a pause
     /// whose time has come.
     Poll(LogPosition),
@@ -144,7 +145,7 @@ pub(crate) enum Event {
 /// What the shell must do next for the partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
-pub(crate) enum Effect {
+pub enum Effect {
     /// Nothing now.
     None,
     /// Ask the leader where `epoch` ends (OffsetsForLeaderEpoch), then report
@@ -193,11 +194,11 @@ pub(crate) enum Effect {
 /// `UNKNOWN_TOPIC_OR_PARTITION`, `NOT_LEADER_OR_FOLLOWER` or
 /// `UNKNOWN_LEADER_EPOCH`), and a whole second's pause there would hold every
 /// `acks=all` produce to the partition for that second.
-pub(crate) const FIRST_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(10);
+pub const FIRST_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// The pauses after failed rounds: from [`FIRST_RETRY_DELAY`], doubling, up to
 /// `replica_fetch_backoff_ms`.
-pub(crate) fn retry_backoff(replica_fetch_backoff_ms: u64) -> Backoff {
+pub fn retry_backoff(replica_fetch_backoff_ms: u64) -> Backoff {
     Backoff::new(
         FIRST_RETRY_DELAY,
         std::time::Duration::from_millis(replica_fetch_backoff_ms),
@@ -213,7 +214,7 @@ enum AfterTruncation {
 
 /// One followed partition in one leader epoch.
 #[derive(Debug, Clone)]
-pub(crate) struct FollowerState {
+pub struct FollowerState {
     leader_epoch: i32,
     /// Truncation by leader epoch (KIP-101/279) and `last_fetched_epoch` on fetches
     /// (KIP-595); false only under the test-only legacy rule.
@@ -232,7 +233,7 @@ impl FollowerState {
     /// A partition that starts following in `leader_epoch`. Under the epoch rule
     /// (`by_leader_epoch`) it truncates first; under the legacy HW rule the role
     /// change already truncated to the high watermark, so it fetches at once.
-    pub(crate) fn new(leader_epoch: i32, by_leader_epoch: bool, backoff: Backoff) -> FollowerState {
+    pub fn new(leader_epoch: i32, by_leader_epoch: bool, backoff: Backoff) -> FollowerState {
         FollowerState {
             leader_epoch,
             by_leader_epoch,
@@ -249,29 +250,29 @@ impl FollowerState {
     }
 
     /// The leader epoch this machine follows.
-    pub(crate) fn leader_epoch(&self) -> i32 {
+    pub fn leader_epoch(&self) -> i32 {
         self.leader_epoch
     }
 
     /// The current phase.
     #[cfg(test)]
-    pub(crate) fn phase(&self) -> Phase {
+    pub fn phase(&self) -> Phase {
         self.phase
     }
 
     /// Leader HW − our log end offset, from the last append.
-    pub(crate) fn lag(&self) -> i64 {
+    pub fn lag(&self) -> i64 {
         self.lag
     }
 
     /// Failed rounds in a row.
     #[cfg(test)]
-    pub(crate) fn failures(&self) -> u32 {
+    pub fn failures(&self) -> u32 {
         self.failures
     }
 
     /// Moves the machine by one event at `now`.
-    pub(crate) fn on_event(&mut self, event: Event, now: Instant) -> Effect {
+    pub fn on_event(&mut self, event: Event, now: Instant) -> Effect {
         match event {
             Event::Poll(log) => self.poll(log, now),
             Event::EpochEnd {

@@ -3,7 +3,7 @@
 //! no longer knows the registration, and on shutdown ask the controller to move
 //! leadership away (controlled shutdown). No I/O, no clock: `now` comes in with
 //! every event, and each step says what to publish and what to do next; the task
-//! in [`crate::controller_client`] executes it.
+//! in the broker's `controller_client` executes it.
 //!
 //! ```text
 //!  Registering ──registered──► Fenced ◄──heartbeat: fenced──┐
@@ -17,18 +17,17 @@
 //!  error, when the controller is unreachable, or at the deadline.
 //! ```
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use syncline_proto::ErrorCode;
-use tokio::time::Instant;
 
 /// Heartbeat interval while fenced (catching up with metadata): the controller
 /// unfences a broker as soon as a heartbeat shows it has caught up.
-pub(crate) const FENCED_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
+pub const FENCED_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
 /// Longest pause between two failed registrations.
-pub(crate) const MAX_REGISTRATION_RETRY: Duration = Duration::from_secs(1);
+pub const MAX_REGISTRATION_RETRY: Duration = Duration::from_secs(1);
 /// Pause between two controlled-shutdown heartbeats.
-pub(crate) const SHUTDOWN_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
+pub const SHUTDOWN_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
 
 /// What the lifecycle task reports about this broker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,7 +40,7 @@ pub struct BrokerStatus {
 
 /// The lifecycle's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct LifecycleConfig {
+pub struct LifecycleConfig {
     /// `broker_heartbeat_interval_ms`.
     pub heartbeat_interval: Duration,
     /// `controlled_shutdown_timeout_ms` if `controlled_shutdown_enable`.
@@ -50,7 +49,7 @@ pub(crate) struct LifecycleConfig {
 
 /// Where the broker stands with the controller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum State {
+pub enum State {
     /// Not registered (or the controller forgot the registration): registering.
     Registering,
     /// Registered in `broker_epoch`, kept out of leadership until caught up.
@@ -76,7 +75,7 @@ pub(crate) enum State {
 
 /// A heartbeat's outcome, as the shell reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HeartbeatAnswer {
+pub enum HeartbeatAnswer {
     /// Answered without error.
     Ok {
         /// The controller fences this broker.
@@ -94,7 +93,7 @@ pub(crate) enum HeartbeatAnswer {
 
 /// What happened, as the shell reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Event {
+pub enum Event {
     /// The registration was accepted in `broker_epoch`.
     Registered {
         /// The new registration's epoch.
@@ -112,7 +111,7 @@ pub(crate) enum Event {
 
 /// Why the lifecycle ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum StopReason {
+pub enum StopReason {
     /// Shut down before any registration, or with controlled shutdown off.
     Shutdown,
     /// Controlled shutdown: the controller moved leadership away.
@@ -127,7 +126,7 @@ pub(crate) enum StopReason {
 
 /// What the shell does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Action {
+pub enum Action {
     /// Send BrokerRegistration; report [`Event::Registered`] or
     /// [`Event::RegistrationFailed`].
     Register,
@@ -147,7 +146,7 @@ pub(crate) enum Action {
 /// One step: what to publish (the broker epoch and fencing), then what to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
-pub(crate) struct Step {
+pub struct Step {
     /// The status to publish, if the step made one (every registration and every
     /// answered heartbeat).
     pub status: Option<BrokerStatus>,
@@ -166,7 +165,7 @@ impl Step {
 
 /// The broker's lifecycle with the controller.
 #[derive(Debug, Clone)]
-pub(crate) struct Lifecycle {
+pub struct Lifecycle {
     config: LifecycleConfig,
     state: State,
 }
@@ -174,7 +173,7 @@ pub(crate) struct Lifecycle {
 impl Lifecycle {
     /// A broker that has not registered yet; its first action is
     /// [`Action::Register`].
-    pub(crate) fn new(config: LifecycleConfig) -> Lifecycle {
+    pub fn new(config: LifecycleConfig) -> Lifecycle {
         Lifecycle {
             config,
             state: State::Registering,
@@ -182,12 +181,12 @@ impl Lifecycle {
     }
 
     /// Where the broker stands.
-    pub(crate) fn state(&self) -> State {
+    pub fn state(&self) -> State {
         self.state
     }
 
     /// Moves the lifecycle by one event at `now`.
-    pub(crate) fn on_event(&mut self, event: Event, now: Instant) -> Step {
+    pub fn on_event(&mut self, event: Event, now: Instant) -> Step {
         match (self.state, event) {
             (State::Stopped, _) => Step::then(Action::Stop(StopReason::Shutdown)),
             (State::ShuttingDown { .. }, Event::Shutdown) => self.shutdown_heartbeat_later(now),

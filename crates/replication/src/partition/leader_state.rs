@@ -4,10 +4,9 @@
 //! No I/O and no clock: every method takes `now`. The partition shell executes what
 //! these methods decide (send an AlterPartition, wake the purgatories).
 
-use crate::planted::{self, Bug};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use tokio::time::Instant;
+use crate::planted::PlantedBugs;
 
 /// One follower as the leader sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,6 +119,7 @@ pub struct LeaderState {
     followers: Vec<FollowerState>,
     min_insync_replicas: usize,
     lag_time_max: Duration,
+    planted: PlantedBugs,
     /// No new proposal before this (after a failed one).
     retry_after: Option<Instant>,
 }
@@ -152,6 +152,8 @@ pub struct BecomeLeader {
     /// The topic's `replica.lag.time.max.ms`: a follower not caught up within it is
     /// proposed out of the ISR.
     pub lag_time_max: Duration,
+    /// Rules a simulation run undoes (none outside it).
+    pub planted: PlantedBugs,
 }
 
 impl LeaderState {
@@ -185,6 +187,7 @@ impl LeaderState {
             min_insync_replicas: p.min_insync_replicas.max(1),
             lag_time_max: p.lag_time_max,
             retry_after: None,
+            planted: p.planted,
         };
         // An ISR of one (or of followers known to be caught up) commits at once: a
         // new sole leader must not hide its own records behind a stale HW.
@@ -193,11 +196,13 @@ impl LeaderState {
         state
     }
 
-    pub(crate) fn partition_epoch(&self) -> i32 {
+    /// The partition epoch of the ISR this leader last had committed.
+    pub fn partition_epoch(&self) -> i32 {
         self.partition_epoch
     }
 
-    pub(crate) fn high_watermark(&self) -> i64 {
+    /// The high watermark.
+    pub fn high_watermark(&self) -> i64 {
         self.high_watermark
     }
 
@@ -206,19 +211,23 @@ impl LeaderState {
         &self.isr
     }
 
-    pub(crate) fn replicas(&self) -> &[i32] {
+    /// The assigned replicas, the leader included.
+    pub fn replicas(&self) -> &[i32] {
         &self.replicas
     }
 
-    pub(crate) fn pending(&self) -> Option<&PendingIsr> {
+    /// The ISR change sent to the controller and not answered yet.
+    pub fn pending(&self) -> Option<&PendingIsr> {
         self.pending.as_ref()
     }
 
-    pub(crate) fn followers(&self) -> &[FollowerState] {
+    /// The followers as this leader sees them.
+    pub fn followers(&self) -> &[FollowerState] {
         &self.followers
     }
 
-    pub(crate) fn min_insync_replicas(&self) -> usize {
+    /// The `min.insync.replicas` in force (at least 1).
+    pub fn min_insync_replicas(&self) -> usize {
         self.min_insync_replicas
     }
 
@@ -312,7 +321,7 @@ impl LeaderState {
         if fetch_offset >= leader_leo {
             f.last_caught_up = f.last_caught_up.max(Some(now));
         } else if let Some((prev_time, prev_leo)) = f.last_fetch {
-            if fetch_offset >= prev_leo && !planted::active(Bug::NoSecondCaughtUpRule) {
+            if fetch_offset >= prev_leo && !self.planted.no_second_caught_up_rule {
                 f.last_caught_up = f.last_caught_up.max(Some(prev_time));
             }
         }
@@ -505,14 +514,20 @@ impl LeaderState {
         self.lag_time_max = lag_time_max;
     }
 
-    pub(crate) fn lag_time_max(&self) -> Duration {
+    /// The rules a simulation run undoes, from a changed config.
+    pub fn set_planted(&mut self, planted: PlantedBugs) {
+        self.planted = planted;
+    }
+
+    /// The `replica.lag.time.max.ms` in force.
+    pub fn lag_time_max(&self) -> Duration {
         self.lag_time_max
     }
 
     /// HW = min LEO over the maximal ISR; frozen while the committed ISR is below
     /// `min.insync.replicas`; never moves backwards.
     fn maybe_advance_high_watermark(&mut self, leader_leo: i64) -> bool {
-        if self.is_under_min_isr() && !planted::active(Bug::NoMinIsrCheck) {
+        if self.is_under_min_isr() && !self.planted.no_min_isr_check {
             return false;
         }
         let mut candidate = leader_leo;
@@ -578,6 +593,7 @@ mod tests {
                 log_end_offset: leo,
                 min_insync_replicas: min_isr,
                 lag_time_max: LAG,
+                planted: PlantedBugs::default(),
             },
             now,
         )
@@ -721,6 +737,46 @@ mod tests {
             None,
             "a follower keeping up must stay"
         );
+    }
+
+    /// Each field of [`PlantedBugs`] removes exactly its rule: the scenarios
+    /// above hold with none planted and break with it (what the simulation's
+    /// planted runs rely on).
+    #[test]
+    fn each_planted_bug_undoes_its_rule() {
+        let t0 = Instant::now();
+        let under_min_isr_hw = |planted| {
+            let mut s = leader(&[1], 0, 0, 2, t0);
+            s.set_planted(planted);
+            s.on_leader_append(5);
+            s.high_watermark()
+        };
+        let no_min_isr_check = PlantedBugs {
+            no_min_isr_check: true,
+            ..PlantedBugs::default()
+        };
+        assert_eq!(under_min_isr_hw(PlantedBugs::default()), 0);
+        assert_eq!(under_min_isr_hw(no_min_isr_check), 5);
+
+        let steady_follower_shrunk = |planted| {
+            let mut s = leader(&[1, 2], 0, 0, 1, t0);
+            s.set_planted(planted);
+            let (mut leo, mut t) = (0, t0);
+            for _ in 0..50 {
+                let prev = leo;
+                leo += 10;
+                t += ms(1_000);
+                s.on_follower_fetch(t, &fetch(2, 20, prev, leo, true))
+                    .unwrap();
+            }
+            s.maybe_shrink(t, leo).is_some()
+        };
+        let no_second_rule = PlantedBugs {
+            no_second_caught_up_rule: true,
+            ..PlantedBugs::default()
+        };
+        assert!(!steady_follower_shrunk(PlantedBugs::default()));
+        assert!(steady_follower_shrunk(no_second_rule));
     }
 
     #[test]
