@@ -32,7 +32,7 @@ use bytes::Bytes;
 use criterion::Criterion;
 use syncline_broker::metrics::BrokerMetrics;
 use syncline_broker::partition::leader_state::IsrChangeKind;
-use syncline_broker::partition::{IsrListener, Partition, RoleChange, TopicPartition};
+use syncline_broker::partition::{Acks, IsrListener, Partition, RoleChange, TopicPartition};
 use syncline_broker::topic_config::TopicConfig;
 use syncline_broker::BrokerConfig;
 use syncline_proto::batch::{self, BatchBuilder};
@@ -143,7 +143,12 @@ fn produce(partition: &Partition, request: &Bytes, metrics: Option<&BrokerMetric
             // Nothing waits on the partition: its effects (a wake-up) have no one to
             // reach.
             let (append, _effects) = partition
-                .append_as_leader(&p.records, req.acks, p.current_leader_epoch, now_ms)
+                .append_as_leader(
+                    &p.records,
+                    Acks::from_wire(req.acks).expect("valid acks"),
+                    p.current_leader_epoch,
+                    now_ms,
+                )
                 .expect("append");
             if let Some(m) = metrics {
                 m.bytes_in(p.records.len());

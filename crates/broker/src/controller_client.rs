@@ -15,6 +15,7 @@ use crate::metadata_cache::MetadataCache;
 use crate::net::Network;
 use crate::partition::TopicPartition;
 use crate::replica_manager::{IsrRequest, ReplicaManager};
+use syncline_replication::isr;
 pub(crate) use syncline_replication::lifecycle::BrokerStatus;
 use syncline_replication::lifecycle::{
     Action, Event, HeartbeatAnswer, Lifecycle, LifecycleConfig, State, StopReason,
@@ -466,6 +467,7 @@ pub(crate) async fn run_alter_partition(
                 continue;
             }
         };
+        let mut answers = Vec::new();
         for t in response.topics {
             for p in t.partitions {
                 let tp = TopicPartition::new(&t.name, p.partition);
@@ -477,8 +479,12 @@ pub(crate) async fn run_alter_partition(
                     }),
                     code => Err(code),
                 };
-                rm.on_isr_result(&tp, result);
+                answers.push((tp, result));
             }
+        }
+        let sent: Vec<TopicPartition> = batch.iter().map(|r| r.tp.clone()).collect();
+        for (tp, result) in isr::match_answers(&sent, answers) {
+            rm.on_isr_result(&tp, result);
         }
     }
 }

@@ -11,10 +11,11 @@ use parking_lot::Mutex;
 use syncline_log::{FileRegion, Records};
 use syncline_proto::{pb, ErrorCode};
 use syncline_purgatory::{Completion, DelayedOperation, OpHandle};
+use syncline_replication::fetch::{self, FetchBudget, WaitingPartition};
 
 use crate::fetch_session::{FetchSessionCache, SessionContext};
 use crate::metrics::{BrokerMetrics, ThrottleSide};
-use crate::partition::{FetchReadiness, Partition, ProduceCheck};
+use crate::partition::{Partition, ProduceCheck};
 use crate::quota::ReplicationQuota;
 use crate::server::Responder;
 
@@ -169,29 +170,27 @@ pub(crate) fn read_partitions(
     statuses: &[FetchPartitionStatus],
     response: &mut pb::FetchResponse,
 ) -> ReadSummary {
-    let mut total = 0usize;
+    let mut budget = FetchBudget::new(params.max_bytes);
     let mut throttled_bytes = 0usize;
     let now = tokio::time::Instant::now();
     let follower = params.is_follower();
     let mut points = Vec::with_capacity(if follower { statuses.len() } else { 0 });
     let mut regions = FetchRegions::default();
     for s in statuses {
-        let remaining = params.max_bytes.saturating_sub(total);
-        let max = s.partition_max_bytes.min(remaining);
-        let first_data = total == 0;
+        let max = budget.read_limit(s.partition_max_bytes);
         let result = if params.is_follower() {
             s.partition.read_for_follower(
                 params.replica_id,
                 s.fetch_offset,
                 s.last_fetched_epoch,
                 s.current_leader_epoch,
-                if first_data { max.max(1) } else { max },
+                max,
                 params.zero_copy,
             )
         } else {
             s.partition.read_for_consumer(
                 s.fetch_offset,
-                if first_data { max.max(1) } else { max },
+                max,
                 s.current_leader_epoch,
                 params.allow_follower_read,
                 params.zero_copy,
@@ -201,15 +200,11 @@ pub(crate) fn read_partitions(
         let out = &mut topic.partitions[s.partition_index];
         match result {
             Ok(r) => {
-                // Past the request's budget, only the first partition with data may
-                // exceed it (min one batch); later ones send nothing this round.
-                let held_back = s.held_back(now);
-                let records = if held_back || (!first_data && r.records.len() > remaining) {
-                    Records::default()
-                } else {
+                let records = if budget.admit(r.records.len(), s.held_back(now)) {
                     r.records
+                } else {
+                    Records::default()
                 };
-                total += records.len();
                 if let Some(quota) = &s.throttle {
                     quota.record(records.len(), now);
                     throttled_bytes += records.len();
@@ -255,7 +250,7 @@ pub(crate) fn read_partitions(
         }
     }
     ReadSummary {
-        bytes: total,
+        bytes: budget.used(),
         points,
         throttled_bytes,
         regions,
@@ -267,24 +262,20 @@ pub(crate) fn read_partitions(
 /// (bytes a replication throttle holds back do not count: they would be answered as
 /// nothing, and the follower would ask again at once).
 pub(crate) fn fetch_ready(params: &FetchParams, statuses: &[FetchPartitionStatus]) -> bool {
-    let mut available = 0u64;
     let now = tokio::time::Instant::now();
-    for s in statuses {
-        match s.partition.fetch_readiness(
+    let partitions = statuses.iter().map(|s| WaitingPartition {
+        readiness: s.partition.fetch_readiness(
             s.fetch_offset,
             params.is_follower(),
             s.current_leader_epoch,
             params.allow_follower_read,
-        ) {
-            FetchReadiness::Changed => return true,
-            FetchReadiness::Bytes(_) if s.held_back(now) => {}
-            FetchReadiness::Bytes(n) => available += n.min(s.partition_max_bytes as u64),
-        }
-        if params.push_high_watermark && s.partition.high_watermark() > s.high_watermark_seen {
-            return true;
-        }
-    }
-    available >= params.min_bytes
+        ),
+        partition_max_bytes: s.partition_max_bytes,
+        held_back: s.held_back(now),
+        high_watermark_moved: params.push_high_watermark
+            && s.partition.high_watermark() > s.high_watermark_seen,
+    });
+    fetch::ready(params.min_bytes, partitions)
 }
 
 /// A fetch waiting until `min_bytes` are available, `max_wait_ms` passes, or a

@@ -30,7 +30,7 @@ use crate::replica_manager::ReplicaManager;
 use crate::server::Responder;
 
 /// The internal topic of the groups' state and committed offsets.
-pub(crate) const OFFSETS_TOPIC: &str = "__consumer_offsets";
+pub(crate) use syncline_replication::produce::OFFSETS_TOPIC;
 
 /// How long a coordinator's append waits for the ISR (Kafka's
 /// `offsets.commit.timeout.ms`).

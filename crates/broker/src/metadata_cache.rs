@@ -11,6 +11,8 @@ use parking_lot::RwLock;
 use syncline_auth::acl::{AclBinding, AclFilter, Acls};
 use syncline_auth::{Mechanism, Verifier};
 use syncline_proto::{pb, ErrorCode, NO_LEADER};
+use syncline_replication::announcement::{freshness, Epochs, Freshness};
+use syncline_replication::isr::{self, Registration};
 use tokio::sync::Notify;
 
 #[derive(Debug, Default)]
@@ -286,18 +288,19 @@ impl MetadataCache {
         for ps in &req.partition_states {
             let topic = image.topics.entry(ps.topic.clone()).or_default();
             Self::adopt_topic_id(topic, ps.topic_id);
-            let newer = match topic.partitions.get(&ps.partition) {
-                None => true,
-                Some(old) => {
-                    ps.partition_epoch > old.partition_epoch
-                        || ps.leader_epoch > old.leader_epoch
-                        || (req.full && ps.partition_epoch == old.partition_epoch)
-                }
+            let epochs = |p: &pb::PartitionState| Epochs {
+                leader_epoch: p.leader_epoch,
+                partition_epoch: p.partition_epoch,
             };
-            let stale = topic.partitions.get(&ps.partition).is_some_and(|old| {
-                ps.leader_epoch < old.leader_epoch || ps.partition_epoch < old.partition_epoch
-            });
-            if newer && !stale {
+            let known = topic.partitions.get(&ps.partition).map(epochs);
+            // A full announcement restates every partition: a state with the
+            // same epochs is taken again.
+            let take = match freshness(epochs(ps), known) {
+                Freshness::Newer => true,
+                Freshness::Same => req.full,
+                Freshness::Stale => false,
+            };
+            if take {
                 topic.partitions.insert(ps.partition, ps.clone());
                 applied.partitions.push(ps.clone());
             }
@@ -444,14 +447,15 @@ impl MetadataCache {
         Some(format!("{}:{}", e.host, e.port))
     }
 
-    /// Whether the controller would take `broker` into an ISR: registered,
-    /// unfenced, and (when given) in the broker epoch it is known by.
-    pub(crate) fn is_eligible(&self, broker: i32, broker_epoch: i64) -> bool {
+    /// Whether the controller would take `broker`, fetching in `broker_epoch`
+    /// (when it named one), into an ISR (`syncline_replication::isr::eligible`).
+    pub(crate) fn is_eligible(&self, broker: i32, broker_epoch: Option<i64>) -> bool {
         let image = self.image.read();
-        image
-            .brokers
-            .get(&broker)
-            .is_some_and(|b| !b.fenced && (broker_epoch < 0 || b.broker_epoch == broker_epoch))
+        let registration = image.brokers.get(&broker).map(|b| Registration {
+            fenced: b.fenced,
+            broker_epoch: b.broker_epoch,
+        });
+        isr::eligible(registration, broker_epoch)
     }
 
     /// A broker's rack, if it has one.
@@ -514,14 +518,16 @@ impl MetadataCache {
     }
 
     /// Whether `replica`'s replication of the partition is throttled
-    /// ([`crate::quota::is_throttled`]), as announced.
+    /// (`syncline_replication::throttle::is_throttled`), as announced.
     pub(crate) fn is_throttled_replica(&self, topic: &str, partition: i32, replica: i32) -> bool {
         self.image
             .read()
             .topics
             .get(topic)
             .and_then(|t| t.partitions.get(&partition))
-            .is_some_and(|p| crate::quota::is_throttled(replica, &p.adding_replicas, &p.isr))
+            .is_some_and(|p| {
+                syncline_replication::throttle::is_throttled(replica, &p.adding_replicas, &p.isr)
+            })
     }
 
     /// The partition's announced state.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::RwLock;
-use syncline_proto::{batch, pb, ErrorCode, ACKS_ALL};
+use syncline_proto::{batch, pb, ErrorCode};
 use syncline_purgatory::{Purgatory, Watched};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -34,14 +34,11 @@ use crate::quota::ReplicationQuota;
 use crate::server::Responder;
 use crate::topic_config::TopicConfig;
 use syncline_replication::partition::{IsrChangeKind, IsrProposal};
+use syncline_replication::produce::{self, AckWhen, Acks};
+use syncline_replication::{announcement, isr};
 
 /// How often the partitions' ISR shrink checks are polled.
 const SHRINK_POLL: Duration = Duration::from_millis(100);
-
-/// Longest a fetch may be held, whatever it asks for.
-const MAX_FETCH_WAIT: Duration = Duration::from_secs(300);
-/// Longest an acks=all produce may wait, whatever it asks for.
-const MAX_PRODUCE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// An ISR change for the AlterPartition sender.
 #[derive(Debug, Clone)]
@@ -238,8 +235,7 @@ impl ReplicaManager {
     // --- Produce ---
 
     pub(crate) fn handle_produce(&self, req: pb::ProduceRequest, responder: Responder) {
-        let acks = req.acks;
-        let acks_valid = matches!(acks, 0 | 1 | ACKS_ALL);
+        let acks = Acks::from_wire(req.acks);
         let internal = responder.connection().internal;
         let now_ms = wall_clock_ms();
         let mut pending = Vec::new();
@@ -260,14 +256,10 @@ impl ReplicaManager {
                     log_start_offset: -1,
                     ..Default::default()
                 };
-                let result = if !acks_valid {
-                    Err((ErrorCode::InvalidRequiredAcks, None))
-                } else if topic.name == crate::groups::OFFSETS_TOPIC && !internal {
-                    // The group coordinators' state: only they write it.
-                    Err((ErrorCode::InvalidTopicException, None))
-                } else {
-                    self.append_one(&topic.name, p, acks, now_ms)
-                };
+                let result = acks
+                    .and_then(|acks| produce::check_writable(&topic.name, internal).map(|()| acks))
+                    .map_err(|code| (code, None))
+                    .and_then(|acks| self.append_one(&topic.name, p, acks, now_ms));
                 match result {
                     Ok((partition, append, effects)) => {
                         if append.duplicate {
@@ -281,7 +273,7 @@ impl ReplicaManager {
                         let rf = partition.replicas().len() as i32;
                         out.replication_factor = rf;
                         self.execute(&partition, effects);
-                        if acks == ACKS_ALL {
+                        if acks.map(Acks::ack_when) == Ok(AckWhen::Replicated) {
                             pending.push(ProducePartitionStatus {
                                 topic_index: ti,
                                 partition_index: pi,
@@ -309,7 +301,7 @@ impl ReplicaManager {
             }
             response.topics.push(out_topic);
         }
-        if acks == 0 {
+        if !Acks::answered(acks) {
             responder.no_response();
             return;
         }
@@ -317,7 +309,7 @@ impl ReplicaManager {
             responder.send(pb::response::Body::Produce(response));
             return;
         }
-        let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64).min(MAX_PRODUCE_TIMEOUT);
+        let timeout = produce::produce_timeout(req.timeout_ms);
         let keys: Vec<TopicPartition> = pending.iter().map(|p| p.partition.tp.clone()).collect();
         let conn = responder.connection().clone();
         let op = Arc::new(DelayedProduce::new(pending, response, responder));
@@ -335,7 +327,7 @@ impl ReplicaManager {
         &self,
         topic: &str,
         p: &pb::ProducePartition,
-        acks: i32,
+        acks: Acks,
         now_ms: i64,
     ) -> Result<(Arc<Partition>, LeaderAppend, Effects), AppendError> {
         let partition = self
@@ -516,7 +508,7 @@ impl ReplicaManager {
                 .iter()
                 .flat_map(|t| &t.partitions)
                 .any(|p| p.error_code != ErrorCode::None as i32 || p.diverging_epoch.is_some());
-        let max_wait = Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_FETCH_WAIT);
+        let max_wait = produce::fetch_wait(req.max_wait_ms);
         if answer_now(
             max_wait,
             read.bytes,
@@ -572,14 +564,15 @@ impl ReplicaManager {
         read: &ReadSummary,
     ) {
         let now = Instant::now();
-        let eligible = self.metadata.is_eligible(req.replica_id, req.replica_epoch);
+        let broker_epoch = isr::named_broker_epoch(req.replica_epoch);
+        let eligible = self.metadata.is_eligible(req.replica_id, broker_epoch);
         for (s, point) in statuses.iter().zip(&read.points) {
             let Some(point) = point else {
                 continue;
             };
             let fetch = FollowerFetch {
                 follower_id: req.replica_id,
-                broker_epoch: (req.replica_epoch >= 0).then_some(req.replica_epoch),
+                broker_epoch,
                 fetch_offset: s.fetch_offset,
                 leader_leo: point.log_end_offset.max(s.fetch_offset),
                 request_epoch: point.leader_epoch,
@@ -833,12 +826,14 @@ impl ReplicaManager {
             error_code: code as i32,
             partition_errors: vec![],
         };
-        if req.controller_epoch < self.metadata.controller_epoch() {
-            return refuse(ErrorCode::StaleControllerEpoch);
-        }
         let broker_epoch = self.broker_epoch();
-        if broker_epoch < 0 || req.broker_epoch != broker_epoch {
-            return refuse(ErrorCode::StaleBrokerEpoch);
+        if let Err(code) = announcement::check_request(
+            req.controller_epoch,
+            self.metadata.controller_epoch(),
+            req.broker_epoch,
+            broker_epoch,
+        ) {
+            return refuse(code);
         }
         // Names become directory names: a bad one is refused before any path.
         if let Err(why) = check_names(req) {
@@ -1478,7 +1473,9 @@ mod tests {
         for _ in 0..3 {
             let mut b = batch::BatchBuilder::new(0);
             b.push(0, None, Some(&[7u8; 500]), &[]);
-            let (_append, _effects) = partition.append_as_leader(&b.finish(), 1, None, 0).unwrap();
+            let (_append, _effects) = partition
+                .append_as_leader(&b.finish(), Acks::Leader, None, 0)
+                .unwrap();
         }
         let params = FetchParams {
             replica_id: 3,

@@ -18,13 +18,28 @@
 //! - [`lifecycle`]: the broker's standing with the controller (registering,
 //!   fenced, unfenced, shutting down); the broker's controller client executes
 //!   it.
+//! - [`announcement`]: which LeaderAndIsr requests a broker takes, and which
+//!   announced partition states are newer than the known ones.
+//! - [`fetch`]: a fetch's byte budget, when a waiting fetch is ready, which
+//!   offsets a read may ask for and up to where it reads.
+//! - [`isr`]: who may join an ISR, and AlterPartition answers matched to
+//!   what was sent.
+//! - [`produce`]: the `acks` contract request-wide (values, when each is
+//!   answered, the wait caps, the offsets topic's write guard).
+//! - [`throttle`]: which replicas a reassignment throttles, and the token
+//!   bucket that bounds them.
 //! - [`planted`]: the rules a simulation run may undo, as config fields.
 
 #![warn(missing_docs)]
 
+pub mod announcement;
+pub mod fetch;
 pub mod follower;
+pub mod isr;
 pub mod lifecycle;
 pub mod partition;
 pub mod planted;
+pub mod produce;
+pub mod throttle;
 
 pub use planted::PlantedBugs;

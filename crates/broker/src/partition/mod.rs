@@ -34,12 +34,14 @@ use syncline_proto::{pb, EpochEndOffset, ErrorCode};
 use tokio::time::Instant;
 
 use crate::topic_config::TopicConfig;
+use syncline_replication::fetch::{self, FollowerRead, LogBounds, Reader};
 use syncline_replication::partition::IsrChangeKind;
 pub use syncline_replication::partition::{
     AlterPartitionResult, Announcement, CommittedIsr, Effects, FetchReadiness, FetcherChange,
     FollowerFetch, LeaderHealth, ListedOffset, PartitionCore, ProduceCheck, ReplicationConfig,
     RoleChange, Wake,
 };
+pub use syncline_replication::produce::Acks;
 use syncline_replication::PlantedBugs;
 
 /// The suffix of a removed replica's directory, deleted in the background (and at
@@ -368,7 +370,7 @@ impl Partition {
     pub fn append_as_leader(
         &self,
         batches: &[u8],
-        acks: i32,
+        acks: Acks,
         client_epoch: Option<i32>,
         now_ms: i64,
     ) -> Result<(LeaderAppend, Effects), ErrorCode> {
@@ -453,13 +455,10 @@ impl Partition {
         };
         let log = self.log.read();
         let (start, leo) = (log.log_start_offset(), log.log_end_offset());
-        if fetch_offset < start || fetch_offset > leo {
-            return Err(ErrorCode::OffsetOutOfRange);
-        }
-        let records = if fetch_offset >= hw {
-            Records::default()
-        } else {
-            read_records(&log, fetch_offset, max_bytes, hw, zero_copy)?
+        let reader = Reader::Consumer { high_watermark: hw };
+        let records = match fetch::plan_read(reader, fetch_offset, LogBounds { start, end: leo })? {
+            None => Records::default(),
+            Some(upper) => read_records(&log, fetch_offset, max_bytes, upper, zero_copy)?,
         };
         Ok(ReadResult {
             records,
@@ -490,17 +489,17 @@ impl Partition {
             }
         }
         let log = self.log.read();
-        let (start, leo) = (log.log_start_offset(), log.log_end_offset());
-        if fetch_offset < start || fetch_offset > leo {
-            return Err(ErrorCode::OffsetOutOfRange);
+        let bounds = LogBounds {
+            start: log.log_start_offset(),
+            end: log.log_end_offset(),
+        };
+        match fetch::plan_read(Reader::Replica, fetch_offset, bounds)? {
+            None => Ok(Bytes::new()),
+            Some(upper) => Ok(log
+                .read(fetch_offset, max_bytes, upper, true)
+                .map_err(storage)?
+                .records),
         }
-        if fetch_offset == leo {
-            return Ok(Bytes::new());
-        }
-        Ok(log
-            .read(fetch_offset, max_bytes, leo, true)
-            .map_err(storage)?
-            .records)
     }
 
     /// The replica a consumer in `client_rack` should read from instead of this
@@ -543,20 +542,22 @@ impl Partition {
             leader_epoch,
             diverging_epoch: None,
         };
-        if let Some(epoch) = last_fetched_epoch {
-            let local_end = log
-                .end_offset_for_epoch(epoch)
-                .unwrap_or(EpochEndOffset::UNDEFINED);
-            result.diverging_epoch = core::diverging_epoch(epoch, fetch_offset, local_end);
-            if result.diverging_epoch.is_some() {
-                return Ok(result);
+        let end_offset_for_epoch = |epoch| {
+            log.end_offset_for_epoch(epoch)
+                .unwrap_or(EpochEndOffset::UNDEFINED)
+        };
+        let bounds = LogBounds { start, end: leo };
+        match fetch::plan_follower_read(
+            fetch_offset,
+            last_fetched_epoch,
+            end_offset_for_epoch,
+            bounds,
+        )? {
+            FollowerRead::Diverging(d) => result.diverging_epoch = Some(d),
+            FollowerRead::Records(None) => {}
+            FollowerRead::Records(Some(upper)) => {
+                result.records = read_records(&log, fetch_offset, max_bytes, upper, zero_copy)?;
             }
-        }
-        if fetch_offset < start || fetch_offset > leo {
-            return Err(ErrorCode::OffsetOutOfRange);
-        }
-        if fetch_offset < leo {
-            result.records = read_records(&log, fetch_offset, max_bytes, leo, zero_copy)?;
         }
         Ok(result)
     }

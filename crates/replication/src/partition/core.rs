@@ -18,10 +18,12 @@ use std::time::Duration;
 
 use std::time::Instant;
 
-use syncline_proto::{pb, EpochEndOffset, ErrorCode, TimestampOffset, ACKS_ALL, NO_LEADER};
+use syncline_proto::{pb, EpochEndOffset, ErrorCode, TimestampOffset, NO_LEADER};
 
 use super::leader_state::{BecomeLeader, FollowerFetch, IsrChangeKind, IsrProposal, LeaderState};
+use crate::announcement::{freshness, Epochs, Freshness};
 use crate::planted::PlantedBugs;
+use crate::produce::Acks;
 
 /// The part of a topic's config the replication rules read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +49,17 @@ pub struct Announcement {
     pub replicas: Vec<i32>,
     /// The committed ISR.
     pub isr: Vec<i32>,
+}
+
+impl Announcement {
+    /// Its epochs, to compare with a known state's.
+    #[must_use]
+    pub fn epochs(&self) -> Epochs {
+        Epochs {
+            leader_epoch: self.leader_epoch,
+            partition_epoch: self.partition_epoch,
+        }
+    }
 }
 
 impl From<&pb::PartitionState> for Announcement {
@@ -391,12 +404,12 @@ impl PartitionCore {
     /// `NOT_ENOUGH_REPLICAS`). Returns the leader epoch to append under.
     pub fn check_leader_append(
         &self,
-        acks: i32,
+        acks: Acks,
         client_epoch: Option<i32>,
     ) -> Result<i32, ErrorCode> {
         check_epoch(self.leader_epoch, client_epoch)?;
         let leader = self.leader_state().ok_or(ErrorCode::NotLeaderOrFollower)?;
-        if acks == ACKS_ALL && leader.is_under_min_isr() {
+        if acks == Acks::All && leader.is_under_min_isr() {
             return Err(ErrorCode::NotEnoughReplicas);
         }
         Ok(self.leader_epoch)
@@ -722,9 +735,9 @@ impl PartitionCore {
     // --- role changes ---
 
     /// Applies the controller's announcement of the partition, with the topic's
-    /// config. Announcements with an older partition epoch, or the same partition
-    /// and leader epochs, change only the config; an older leader epoch changes
-    /// nothing.
+    /// config. An announcement that is not newer than what this replica knows
+    /// ([`freshness`]: the same epochs, or older in either) changes only the
+    /// config.
     ///
     /// - This replica is named leader of a new epoch: it leads from its LEO (the new
     ///   epoch starts there: record it), keeping the high watermark it had, and stops
@@ -744,14 +757,12 @@ impl PartitionCore {
         now: Instant,
     ) -> Effects {
         let effects = 'event: {
-            if a.partition_epoch < self.partition_epoch
-                || (a.partition_epoch == self.partition_epoch
-                    && a.leader_epoch == self.leader_epoch)
-            {
+            let known = Epochs {
+                leader_epoch: self.leader_epoch,
+                partition_epoch: self.partition_epoch,
+            };
+            if freshness(a.epochs(), Some(known)) != Freshness::Newer {
                 break 'event self.on_config(config);
-            }
-            if a.leader_epoch < self.leader_epoch {
-                break 'event Effects::default();
             }
             let hw_before = self.high_watermark();
             let same_epoch = a.leader_epoch == self.leader_epoch;
@@ -1226,17 +1237,22 @@ mod tests {
         let now = Instant::now();
         let l = leader(&[1], 10, 10, 2, now);
         let f = follower(10, 10, now);
-        type Case<'a> = (&'a PartitionCore, i32, Option<i32>, Result<i32, ErrorCode>);
+        type Case<'a> = (&'a PartitionCore, Acks, Option<i32>, Result<i32, ErrorCode>);
         let cases: [Case; 7] = [
-            (&l, 1, None, Ok(5)),
-            (&l, 0, Some(5), Ok(5)),
+            (&l, Acks::Leader, None, Ok(5)),
+            (&l, Acks::None, Some(5), Ok(5)),
             // testNotEnoughReplicas: below min ISR acks=all is refused before append.
-            (&l, ACKS_ALL, None, Err(ErrorCode::NotEnoughReplicas)),
+            (&l, Acks::All, None, Err(ErrorCode::NotEnoughReplicas)),
             // The client's epoch first: a stale client learns it is stale.
-            (&l, ACKS_ALL, Some(4), Err(ErrorCode::FencedLeaderEpoch)),
-            (&l, 1, Some(6), Err(ErrorCode::UnknownLeaderEpoch)),
-            (&f, 1, None, Err(ErrorCode::NotLeaderOrFollower)),
-            (&f, 1, Some(4), Err(ErrorCode::FencedLeaderEpoch)),
+            (&l, Acks::All, Some(4), Err(ErrorCode::FencedLeaderEpoch)),
+            (
+                &l,
+                Acks::Leader,
+                Some(6),
+                Err(ErrorCode::UnknownLeaderEpoch),
+            ),
+            (&f, Acks::Leader, None, Err(ErrorCode::NotLeaderOrFollower)),
+            (&f, Acks::Leader, Some(4), Err(ErrorCode::FencedLeaderEpoch)),
         ];
         for (i, (core, acks, epoch, expected)) in cases.into_iter().enumerate() {
             assert_eq!(core.check_leader_append(acks, epoch), expected, "case {i}");
@@ -1616,6 +1632,27 @@ mod tests {
     }
 
     // --- role transitions (LeaderAndIsr) ---
+
+    /// One rule for every reader of an announcement ([`freshness`]): one that
+    /// is not newer in its epochs changes no role, but the topic's config it
+    /// carries applies (here a lower `min.insync.replicas` unfreezes the HW).
+    #[test]
+    fn an_announcement_not_newer_changes_only_the_config() {
+        let now = Instant::now();
+        for (name, a) in [
+            ("the same epochs", announce(Some(1), 5, 10, &[1])),
+            ("an older partition epoch", announce(Some(2), 6, 9, &[2])),
+            ("an older leader epoch", announce(Some(2), 4, 12, &[2])),
+        ] {
+            let mut l = leader(&[1], 10, 10, 2, now);
+            assert_eq!(l.on_leader_append(20).high_watermark, None, "{name}");
+            let e = l.on_leader_and_isr(&a, config(1), BROKER_EPOCH, now);
+            assert_eq!(e.role, RoleChange::None, "{name}");
+            assert_eq!(e.high_watermark, Some(20), "{name}");
+            assert!(l.is_leader(), "{name}");
+            assert_eq!(l.leader_epoch(), 5, "{name}");
+        }
+    }
 
     #[test]
     fn role_transitions() {
