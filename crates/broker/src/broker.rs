@@ -19,12 +19,13 @@ use crate::controller_client::{
 };
 use crate::controller_host::{self, ControllerHandle};
 use crate::fetcher::FetcherManager;
+use crate::front::{ConnectionLimits, Dispatch};
 use crate::groups::OFFSETS_TOPIC;
 use crate::metadata_cache::MetadataCache;
 use crate::metrics::{BrokerMetrics, PartitionLabel, MAX_PARTITION_SERIES};
 use crate::net::Network;
 use crate::replica_manager::ReplicaManager;
-use crate::server::Responder;
+use crate::responder::Responder;
 
 /// How long a forwarded CreateTopics waits for the new topic's leaders to be known
 /// here, so a client can produce right after it returns.
@@ -44,7 +45,7 @@ pub struct Broker {
     auth: Arc<BrokerAuth>,
     user_connections: crate::auth::UserConnections,
     authorizer: Arc<crate::authorizer::Authorizer>,
-    connections: Arc<crate::server::ConnectionLimits>,
+    connections: Arc<ConnectionLimits>,
     producer_ids: crate::producer_ids::ProducerIds,
     groups: crate::groups::GroupManager,
 }
@@ -55,7 +56,7 @@ impl Broker {
     }
 
     /// Open connections against their limits.
-    pub(crate) fn connections(&self) -> &Arc<crate::server::ConnectionLimits> {
+    pub(crate) fn connections(&self) -> &Arc<ConnectionLimits> {
         &self.connections
     }
 
@@ -95,7 +96,7 @@ impl Broker {
     }
 
     /// Dispatches one request. Data-plane requests are handled inline (see
-    /// `server`); the few that wait on the controller get a task.
+    /// `front`); the few that wait on the controller get a task.
     pub(crate) fn handle(self: &Arc<Self>, request: pb::Request, responder: Responder) {
         use pb::request::Body;
         use pb::response::Body as Resp;
@@ -955,7 +956,7 @@ pub async fn start_on(
             config.authorizer.clone(),
             metrics.authorization_failures.clone(),
         )),
-        connections: crate::server::ConnectionLimits::new(
+        connections: ConnectionLimits::new(
             config.max_connections,
             config.max_connections_per_ip,
             metrics.connections.clone(),
@@ -970,19 +971,19 @@ pub async fn start_on(
 
     let mut tasks = Vec::new();
     for (listener, l) in listeners.into_iter().zip(&config.listeners) {
-        tasks.push(tokio::spawn(crate::server::serve(
+        tasks.push(tokio::spawn(crate::front::serve(
             listener,
             Arc::from(l.name.as_str()),
             l.kafka,
             l.security_protocol,
-            broker.clone(),
+            broker.clone() as Arc<dyn Dispatch>,
             background.clone(),
         )));
     }
     if let Some(l) = metrics_listener {
-        tasks.push(tokio::spawn(crate::http::serve(
+        tasks.push(tokio::spawn(crate::front::http::serve(
             l,
-            broker.clone(),
+            broker.clone() as Arc<dyn Dispatch>,
             background.clone(),
         )));
     }
@@ -1112,5 +1113,43 @@ fn off_the_runtime<T>(work: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
         Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
         _ => work(),
+    }
+}
+
+impl Dispatch for Broker {
+    fn handle(self: Arc<Self>, request: pb::Request, responder: Responder) {
+        Broker::handle(&self, request, responder);
+    }
+
+    fn config(&self) -> &BrokerConfig {
+        Broker::config(self)
+    }
+
+    fn connections(&self) -> &Arc<ConnectionLimits> {
+        Broker::connections(self)
+    }
+
+    fn auth(&self) -> &BrokerAuth {
+        Broker::auth(self)
+    }
+
+    fn user_connections(&self) -> &crate::auth::UserConnections {
+        Broker::user_connections(self)
+    }
+
+    fn metadata(&self) -> &MetadataCache {
+        Broker::metadata(self)
+    }
+
+    fn metrics(&self) -> &BrokerMetrics {
+        Broker::metrics(self)
+    }
+
+    fn shared_metrics(&self) -> Arc<BrokerMetrics> {
+        Broker::shared_metrics(self)
+    }
+
+    fn scrape_metrics(&self) -> String {
+        Broker::scrape_metrics(self)
     }
 }

@@ -4,34 +4,44 @@
 //! (an append, an HW advance, a role change, the timer, a closed connection) runs
 //! `on_complete`, which sends the response.
 
-use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use syncline_log::{FileRegion, Records};
-use syncline_proto::{pb, ErrorCode};
-use syncline_purgatory::{Completion, DelayedOperation, OpHandle};
+use syncline_log::Records;
+use syncline_proto::{pb, ErrorCode, TopicPartition};
+use syncline_purgatory::{Completion, DelayedOperation, OpHandle, Purgatory};
 use syncline_replication::fetch::{self, FetchBudget, WaitingPartition};
 
 use crate::fetch_session::{FetchSessionCache, SessionContext};
 use crate::metrics::{BrokerMetrics, ThrottleSide};
 use crate::partition::{Partition, ProduceCheck};
 use crate::quota::ReplicationQuota;
-use crate::server::Responder;
+use crate::responder::{Pending, Responder};
+use crate::send::FetchRegions;
 
-/// A waiting operation of some connection, to cancel when it closes.
-#[derive(Debug)]
-pub(crate) enum PendingOp {
-    Fetch(OpHandle<Arc<DelayedFetch>>),
-    Produce(OpHandle<Arc<DelayedProduce>>),
+/// A delayed operation waiting on behalf of a connection, with the purgatory
+/// it waits in: cancelled there when the connection closes.
+pub(crate) struct Waiting<O: DelayedOperation> {
+    pub purgatory: Arc<Purgatory<TopicPartition, O>>,
+    pub handle: OpHandle<O>,
 }
 
-impl PendingOp {
-    pub(crate) fn is_completed(&self) -> bool {
-        match self {
-            PendingOp::Fetch(h) => h.is_completed(),
-            PendingOp::Produce(h) => h.is_completed(),
-        }
+impl<O: DelayedOperation> std::fmt::Debug for Waiting<O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waiting")
+            .field("purgatory", &self.purgatory.name())
+            .field("completed", &self.handle.is_completed())
+            .finish()
+    }
+}
+
+impl<O: DelayedOperation> Pending for Waiting<O> {
+    fn is_completed(&self) -> bool {
+        self.handle.is_completed()
+    }
+
+    fn cancel(&self) {
+        self.purgatory.cancel(&self.handle);
     }
 }
 
@@ -99,43 +109,6 @@ pub(crate) struct ReadPoint {
     pub leader_epoch: i32,
     /// The log end offset when read.
     pub log_end_offset: i64,
-}
-
-/// The records of a fetch response left in the segment files (zero-copy), by
-/// topic and partition; a partition named twice has its reads in response order.
-#[derive(Debug, Default)]
-pub(crate) struct FetchRegions(BTreeMap<(String, i32), VecDeque<Vec<FileRegion>>>);
-
-impl FetchRegions {
-    fn push(&mut self, topic: &str, partition: i32, regions: Vec<FileRegion>) {
-        self.0
-            .entry((topic.to_owned(), partition))
-            .or_default()
-            .push_back(regions);
-    }
-
-    /// Whether none are left.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// Whether the partition has records here.
-    pub(crate) fn has(&self, topic: &str, partition: i32) -> bool {
-        self.0.contains_key(&(topic.to_owned(), partition))
-    }
-
-    /// Takes the partition's (next) records; none when it has none here.
-    pub(crate) fn take(&mut self, topic: &str, partition: i32) -> Vec<FileRegion> {
-        let key = (topic.to_owned(), partition);
-        let Some(queue) = self.0.get_mut(&key) else {
-            return Vec::new();
-        };
-        let regions = queue.pop_front().unwrap_or_default();
-        if queue.is_empty() {
-            self.0.remove(&key);
-        }
-        regions
-    }
 }
 
 /// What [`read_partitions`] read.

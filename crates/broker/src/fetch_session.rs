@@ -22,7 +22,7 @@ use parking_lot::Mutex;
 use syncline_proto::{pb, ErrorCode};
 use tokio::time::Instant;
 
-use crate::delayed::FetchRegions;
+use crate::send::FetchRegions;
 
 /// `session_epoch` of a request that starts a new session.
 pub(crate) const INITIAL_EPOCH: i32 = 0;

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::GroupsConfig;
 use crate::replica_manager::ReplicaManager;
-use crate::server::Responder;
+use crate::responder::Responder;
 
 /// The internal topic of the groups' state and committed offsets.
 pub(crate) use syncline_replication::produce::OFFSETS_TOPIC;

@@ -27,13 +27,21 @@
 //!   `syncline-controller`).
 //! - [`config`]: the TOML configuration (Kafka's names and defaults);
 //!   [`topic_config`]: a topic's effective settings.
-//! - `broker`: the parts of a broker, request dispatch, start and shutdown;
-//!   `server`: connections, framing, responders; `send`: writing responses,
-//!   fetched records with `sendfile` (zero-copy); [`net`]: the network seam.
+//! - `broker`: the composition root (nothing imports it): the parts of a
+//!   broker, request dispatch, start and shutdown.
+//! - `front`: both listeners' connections (syncline's protocol and Kafka's),
+//!   their limits, SASL, and the metrics endpoint; it reaches the broker only
+//!   through its `Dispatch` trait.
+//! - `responder`: where a request's answer goes (a leaf every layer answers
+//!   through); `send`: writing responses, fetched records with `sendfile`
+//!   (zero-copy); [`net`]: the network seam.
 //! - `metadata_cache`: the cluster as this broker knows it.
 //! - `auth`: broker authentication (SCRAM between brokers) and who may use the
 //!   internal APIs.
-//! - [`metrics`], `http`: Prometheus metrics and their endpoint.
+//! - [`metrics`]: Prometheus metrics (served by `front::http`).
+//!
+//! The modules import each other one way only (`tests/layers.rs` fails on a
+//! circle).
 
 #![warn(missing_docs)]
 
@@ -47,9 +55,8 @@ mod delayed;
 mod describe_configs;
 mod fetch_session;
 mod fetcher;
+mod front;
 mod groups;
-mod http;
-mod kafka;
 mod metadata_cache;
 pub mod metrics;
 pub mod net;
@@ -58,8 +65,8 @@ pub use syncline_log::planted;
 mod producer_ids;
 mod quota;
 mod replica_manager;
+mod responder;
 mod send;
-mod server;
 pub mod topic_config;
 
 /// The test-only cargo features compiled into this build: `legacy-truncation`,

@@ -17,8 +17,8 @@ use crate::config::BrokerConfig;
 #[cfg(feature = "legacy-truncation")]
 use crate::config::TruncationRule;
 use crate::delayed::{
-    read_partitions, DelayedFetch, DelayedProduce, FetchParams, FetchPartitionStatus, PendingOp,
-    ProducePartitionStatus, ReadSummary,
+    read_partitions, DelayedFetch, DelayedProduce, FetchParams, FetchPartitionStatus,
+    ProducePartitionStatus, ReadSummary, Waiting,
 };
 use crate::fetch_session::FetchSessionCache;
 use crate::fetcher::FetcherManager;
@@ -31,7 +31,7 @@ use crate::partition::{
     Partition, TopicPartition, Wake,
 };
 use crate::quota::ReplicationQuota;
-use crate::server::Responder;
+use crate::responder::Responder;
 use crate::topic_config::TopicConfig;
 use syncline_replication::partition::{IsrChangeKind, IsrProposal};
 use syncline_replication::produce::{self, AckWhen, Acks};
@@ -70,8 +70,8 @@ pub struct ReplicaManager {
     local_id: i32,
     broker_epoch: Arc<AtomicI64>,
     partitions: RwLock<PartitionMap>,
-    fetch_purgatory: Purgatory<TopicPartition, Arc<DelayedFetch>>,
-    produce_purgatory: Purgatory<TopicPartition, Arc<DelayedProduce>>,
+    fetch_purgatory: Arc<Purgatory<TopicPartition, Arc<DelayedFetch>>>,
+    produce_purgatory: Arc<Purgatory<TopicPartition, Arc<DelayedProduce>>>,
     metadata: Arc<MetadataCache>,
     fetch_sessions: Arc<FetchSessionCache>,
     fetchers: Arc<FetcherManager>,
@@ -137,8 +137,8 @@ impl ReplicaManager {
             config,
             broker_epoch,
             partitions: RwLock::new(HashMap::new()),
-            fetch_purgatory: Purgatory::new("Fetch"),
-            produce_purgatory: Purgatory::new("Produce"),
+            fetch_purgatory: Arc::new(Purgatory::new("Fetch")),
+            produce_purgatory: Arc::new(Purgatory::new("Produce")),
             metadata,
             fetchers,
             isr_requests,
@@ -184,18 +184,6 @@ impl ReplicaManager {
             self.fetch_purgatory.delayed(),
             self.produce_purgatory.delayed(),
         )
-    }
-
-    /// Cancels a waiting operation whose connection closed.
-    pub(crate) fn cancel(&self, op: PendingOp) {
-        match op {
-            PendingOp::Fetch(h) => {
-                self.fetch_purgatory.cancel(&h);
-            }
-            PendingOp::Produce(h) => {
-                self.produce_purgatory.cancel(&h);
-            }
-        }
     }
 
     /// Something happened on `tp`: an append (`hw_advanced` false) wakes fetches
@@ -317,7 +305,10 @@ impl ReplicaManager {
             .produce_purgatory
             .try_complete_else_watch(op, timeout, &keys)
         {
-            conn.track(PendingOp::Produce(handle));
+            conn.track(Box::new(Waiting {
+                purgatory: self.produce_purgatory.clone(),
+                handle,
+            }));
         }
     }
 
@@ -535,7 +526,10 @@ impl ReplicaManager {
             .fetch_purgatory
             .try_complete_else_watch(op, max_wait, &keys)
         {
-            conn.track(PendingOp::Fetch(handle));
+            conn.track(Box::new(Waiting {
+                purgatory: self.fetch_purgatory.clone(),
+                handle,
+            }));
         }
     }
 

@@ -13,6 +13,7 @@
 //! has left its file and checked good; if one did not, the frame is never
 //! completed and the connection is closed (the client retries the fetch).
 
+use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, IoSlice};
 
 use bytes::{Bytes, BytesMut};
@@ -265,6 +266,43 @@ async fn send_region(tcp: &TcpStream, region: &FileRegion) -> Result<(), WriteEr
         }
     }
     Ok(())
+}
+
+/// The records of a fetch response left in the segment files (zero-copy), by
+/// topic and partition; a partition named twice has its reads in response order.
+#[derive(Debug, Default)]
+pub(crate) struct FetchRegions(BTreeMap<(String, i32), VecDeque<Vec<FileRegion>>>);
+
+impl FetchRegions {
+    pub(crate) fn push(&mut self, topic: &str, partition: i32, regions: Vec<FileRegion>) {
+        self.0
+            .entry((topic.to_owned(), partition))
+            .or_default()
+            .push_back(regions);
+    }
+
+    /// Whether none are left.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether the partition has records here.
+    pub(crate) fn has(&self, topic: &str, partition: i32) -> bool {
+        self.0.contains_key(&(topic.to_owned(), partition))
+    }
+
+    /// Takes the partition's (next) records; none when it has none here.
+    pub(crate) fn take(&mut self, topic: &str, partition: i32) -> Vec<FileRegion> {
+        let key = (topic.to_owned(), partition);
+        let Some(queue) = self.0.get_mut(&key) else {
+            return Vec::new();
+        };
+        let regions = queue.pop_front().unwrap_or_default();
+        if queue.is_empty() {
+            self.0.remove(&key);
+        }
+        regions
+    }
 }
 
 #[cfg(test)]

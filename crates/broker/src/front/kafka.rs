@@ -23,9 +23,11 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
+use super::connection::{next_frame, sasl_step, Accepted};
+use super::dispatch::Dispatch;
+use super::limits::RequestLimits;
 use crate::auth::SaslState;
-use crate::broker::Broker;
-use crate::server::{next_frame, Accepted, ConnectionState, KafkaReply, RequestLimits, Responder};
+use crate::responder::{ConnectionState, KafkaReply, Responder};
 use syncline_kafka::codec;
 use syncline_kafka::translate::{self, Route};
 
@@ -44,7 +46,7 @@ fn answer_now(tx: &mpsc::UnboundedSender<Slot>, answer: Bytes) -> bool {
 /// Serves one connection of a Kafka listener.
 pub(crate) async fn connection(
     accepted: Accepted,
-    broker: Arc<Broker>,
+    broker: Arc<dyn Dispatch>,
     shutdown: CancellationToken,
 ) {
     let Accepted {
@@ -119,7 +121,7 @@ pub(crate) async fn connection(
         if let body @ (pb::request::Body::SaslHandshake(_)
         | pb::request::Body::SaslAuthenticate(_)) = body
         {
-            let step = conn.sasl_step(&broker, &mut sasl, body).await;
+            let step = sasl_step(&conn, &*broker, &mut sasl, body).await;
             if !answer_now(&tx, reply(step.response)) || step.close {
                 break;
             }
@@ -155,9 +157,9 @@ pub(crate) async fn connection(
             client_id,
             body: Some(body),
         };
-        broker.handle(request, responder);
+        broker.clone().handle(request, responder);
     }
-    conn.cancel_pending(&broker);
+    conn.cancel_pending();
     drop(conn);
     drop(tx);
     if shutdown.is_cancelled() {

@@ -12,12 +12,12 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio_util::sync::CancellationToken;
 
-use crate::broker::Broker;
+use super::dispatch::Dispatch;
 
 /// Serves `/metrics` on `listener` until `shutdown`.
 pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
-    broker: Arc<Broker>,
+    broker: Arc<dyn Dispatch>,
     shutdown: CancellationToken,
 ) {
     loop {
@@ -36,7 +36,7 @@ pub(crate) async fn serve(
         tokio::spawn(async move {
             let service = service_fn(move |req: Request<Incoming>| {
                 let broker = broker.clone();
-                async move { Ok::<_, Infallible>(respond(&broker, &req)) }
+                async move { Ok::<_, Infallible>(respond(&*broker, &req)) }
             });
             let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
             tokio::select! {
@@ -47,7 +47,7 @@ pub(crate) async fn serve(
     }
 }
 
-fn respond(broker: &Broker, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+fn respond(broker: &dyn Dispatch, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match (req.method().as_str(), req.uri().path()) {
         ("GET", "/metrics") => (
             StatusCode::OK,

@@ -1,0 +1,132 @@
+//! What both listeners' connections share: the accepted stream (TLS set up),
+//! reading frames, and the SASL exchange run inline.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use syncline_proto::pb;
+use tokio_util::codec::FramedRead;
+use tokio_util::sync::CancellationToken;
+
+use super::dispatch::Dispatch;
+use crate::auth::{Principal, SaslContext, SaslState};
+use crate::config::SecurityProtocol;
+use crate::net::BoxStream;
+use crate::responder::ConnectionState;
+
+/// An accepted connection, TLS already set up on a TLS listener.
+pub(crate) struct Accepted {
+    pub stream: BoxStream,
+    pub peer: String,
+    pub listener: Arc<str>,
+    pub protocol: SecurityProtocol,
+    /// The subject of the client's TLS certificate (`CN=...`), if it gave one.
+    pub certificate: Option<Arc<str>>,
+}
+
+/// The stream of an accepted connection: TLS on an SSL or SASL_SSL listener
+/// (`None` if the handshake fails: logged, counted, the connection dropped),
+/// with the subject of the client's certificate when it presented one.
+pub(crate) async fn secure(
+    stream: BoxStream,
+    peer: &str,
+    listener: &str,
+    protocol: SecurityProtocol,
+    broker: &dyn Dispatch,
+) -> Option<(BoxStream, Option<Arc<str>>)> {
+    if !protocol.is_tls() {
+        return Some((stream, None));
+    }
+    let internal = *listener == *broker.config().inter_broker_listener_name;
+    let tls = broker.auth().tls_server(internal)?;
+    match syncline_tls::accept(tls, stream).await {
+        Ok(tls) => {
+            let subject = syncline_tls::peer_subject(&tls).map(Arc::from);
+            Some((Box::new(tls) as BoxStream, subject))
+        }
+        Err(e) => {
+            broker.metrics().authentication_failures.inc();
+            tracing::info!(%peer, %listener, error = %e, "TLS handshake failed");
+            None
+        }
+    }
+}
+
+/// How long a user's authentication waits for a broker that just started to
+/// hear of its users from the controller (less than clients' request timeout).
+pub(crate) const USERS_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Why an unauthenticated connection's request on a SASL listener is refused.
+pub(crate) const SASL_REQUIRED: &str = "this listener requires SASL authentication first: set security.protocol (SASL_SSL or SASL_PLAINTEXT), sasl.mechanism, sasl.username and sasl.password";
+
+/// Records who authenticated on `conn` (once), and registers a user's
+/// connection so that deleting the user closes it.
+pub(crate) fn authenticated(conn: &ConnectionState, broker: &dyn Dispatch, principal: Principal) {
+    if let Principal::User(name) = &principal {
+        broker.user_connections().register(name, &conn.close);
+    }
+    tracing::debug!(peer = %conn.peer, %principal, "authenticated");
+    conn.set_principal(principal);
+}
+
+/// Runs one SaslHandshake or SaslAuthenticate of the connection, inline
+/// so that its next request already sees the principal: waits for the
+/// users when a user logs in to a broker that has not heard of them yet,
+/// counts a failure, records who authenticated.
+pub(crate) async fn sasl_step(
+    conn: &ConnectionState,
+    broker: &dyn Dispatch,
+    sasl: &mut SaslState,
+    body: pb::request::Body,
+) -> crate::auth::SaslStep {
+    if sasl.needs_users(&body) && !broker.metadata().wait_security_known(USERS_WAIT).await {
+        tracing::warn!(peer = %conn.peer, "no users announced yet: is the controller quorum reachable?");
+    }
+    let step = sasl.step(&sasl_context(conn, broker), body, &conn.peer);
+    if step.close {
+        broker.metrics().authentication_failures.inc();
+    }
+    if let Some(principal) = step.authenticated.clone() {
+        authenticated(conn, broker, principal);
+    }
+    step
+}
+
+/// What a connection's SASL exchange checks against.
+pub(crate) fn sasl_context<'a>(
+    conn: &ConnectionState,
+    broker: &'a dyn Dispatch,
+) -> SaslContext<'a> {
+    SaslContext {
+        auth: broker.auth(),
+        users: broker.metadata(),
+        enabled: &broker.config().sasl_enabled_mechanisms,
+        tls: conn.protocol.is_tls(),
+    }
+}
+
+/// The next frame of a connection; `None` once it closed, the broker shuts
+/// down, or it sent a frame the codec refuses (too large: logged).
+pub(crate) async fn next_frame<R: tokio::io::AsyncRead + Unpin>(
+    frames: &mut FramedRead<R, tokio_util::codec::LengthDelimitedCodec>,
+    shutdown: &CancellationToken,
+    peer: &str,
+) -> Option<Bytes> {
+    let next = tokio::select! {
+        _ = shutdown.cancelled() => return None,
+        next = frames.next() => next,
+    };
+    match next? {
+        Ok(b) => Some(b.freeze()),
+        // A TLS client that hung up without close_notify (most do): a close.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            tracing::debug!(%peer, error = %e, "connection closed");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(%peer, error = %e, "closing connection: bad frame");
+            None
+        }
+    }
+}

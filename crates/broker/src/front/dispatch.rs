@@ -1,0 +1,36 @@
+//! What the front end asks of the broker behind it: the one seam between
+//! the listeners and the rest. The broker (`broker.rs`) implements it; the
+//! front end never names the broker's parts beyond these.
+
+use std::sync::Arc;
+
+use syncline_proto::pb;
+
+use super::limits::ConnectionLimits;
+use crate::auth::{BrokerAuth, UserConnections};
+use crate::config::BrokerConfig;
+use crate::metadata_cache::MetadataCache;
+use crate::metrics::BrokerMetrics;
+use crate::responder::Responder;
+
+/// The broker as its listeners see it.
+pub(crate) trait Dispatch: Send + Sync + 'static {
+    /// Serves one request; its answer goes to `responder`.
+    fn handle(self: Arc<Self>, request: pb::Request, responder: Responder);
+    /// The broker's configuration.
+    fn config(&self) -> &BrokerConfig;
+    /// Open connections against their limits.
+    fn connections(&self) -> &Arc<ConnectionLimits>;
+    /// This broker's TLS and credentials.
+    fn auth(&self) -> &BrokerAuth;
+    /// The authenticated users' connections (closed when a user is deleted).
+    fn user_connections(&self) -> &UserConnections;
+    /// The cluster metadata (the users a login checks against).
+    fn metadata(&self) -> &MetadataCache;
+    /// The broker's metrics.
+    fn metrics(&self) -> &BrokerMetrics;
+    /// The metrics, for a task that must not keep the broker alive.
+    fn shared_metrics(&self) -> Arc<BrokerMetrics>;
+    /// The metrics in Prometheus' text format (`GET /metrics`).
+    fn scrape_metrics(&self) -> String;
+}

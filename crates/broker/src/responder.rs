@@ -1,0 +1,422 @@
+//! Where a request's answer goes: the [`Responder`] every request is served
+//! with, and the [`ConnectionState`] it shares with the other requests of its
+//! connection. A leaf: the front end makes responders, the replica layer,
+//! the group coordinators and the broker's dispatch answer through them, and
+//! nothing here knows who serves the request.
+
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use syncline_proto::{frame, pb};
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::Principal;
+use crate::config::SecurityProtocol;
+use crate::metrics::ApiMetrics;
+use crate::send::{FetchRegions, Outgoing};
+
+/// An operation waiting in a purgatory on behalf of a connection (a delayed
+/// fetch or produce): cancelled when the connection closes.
+pub(crate) trait Pending: Send + Sync + std::fmt::Debug {
+    /// Whether it completed already.
+    fn is_completed(&self) -> bool;
+    /// Completes it as cancelled (nobody wants the answer any more).
+    fn cancel(&self);
+}
+
+/// Per-connection state shared with the responders of its requests.
+#[derive(Debug)]
+pub(crate) struct ConnectionState {
+    /// The name of the listener it arrived on (answers carry that listener's
+    /// endpoints).
+    pub listener: Arc<str>,
+    /// The writer of a syncline connection; None on a Kafka listener, whose
+    /// responders carry their own slot in the response order.
+    tx: Option<mpsc::UnboundedSender<(Outgoing, Option<OwnedSemaphorePermit>)>>,
+    /// Operations waiting in a purgatory on behalf of this connection: cancelled
+    /// when it closes.
+    pending: Mutex<Vec<Box<dyn Pending>>>,
+    /// Who authenticated on it (set once, by the SASL exchange).
+    principal: OnceLock<Principal>,
+    /// The subject of the client's TLS certificate: the principal
+    /// (`User:CN=...`, as Kafka names it) of a connection that does not
+    /// authenticate with SASL.
+    certificate: Option<Arc<str>>,
+    /// The client's address.
+    pub peer: Arc<str>,
+    /// The broker's own requests (the group coordinators' appends): the only
+    /// ones that may write to internal topics.
+    pub internal: bool,
+    /// Its listener's security protocol.
+    pub protocol: SecurityProtocol,
+    /// Cancelled to close the connection from elsewhere (its user was deleted).
+    pub close: CancellationToken,
+}
+
+impl ConnectionState {
+    /// The state of a Kafka listener's connection (responses go through each
+    /// request's own slot).
+    pub(crate) fn kafka(
+        listener: Arc<str>,
+        peer: &str,
+        protocol: SecurityProtocol,
+        certificate: Option<Arc<str>>,
+        close: CancellationToken,
+    ) -> Arc<ConnectionState> {
+        Arc::new(ConnectionState {
+            listener,
+            peer: peer.into(),
+            tx: None,
+            pending: Mutex::new(Vec::new()),
+            principal: OnceLock::new(),
+            certificate,
+            internal: false,
+            protocol,
+            close,
+        })
+    }
+
+    /// The state of a syncline connection whose responses `tx`'s writer sends.
+    pub(crate) fn syncline(
+        listener: Arc<str>,
+        peer: &str,
+        tx: mpsc::UnboundedSender<(Outgoing, Option<OwnedSemaphorePermit>)>,
+        protocol: SecurityProtocol,
+        certificate: Option<Arc<str>>,
+        close: CancellationToken,
+    ) -> Arc<ConnectionState> {
+        Arc::new(ConnectionState {
+            listener,
+            peer: peer.into(),
+            tx: Some(tx),
+            pending: Mutex::new(Vec::new()),
+            principal: OnceLock::new(),
+            certificate,
+            internal: false,
+            protocol,
+            close,
+        })
+    }
+
+    /// Records who authenticated on the connection; false if it already had.
+    pub(crate) fn set_principal(&self, principal: Principal) -> bool {
+        self.principal.set(principal).is_ok()
+    }
+
+    /// Whether the request `body` may be read before the connection
+    /// authenticated: on a SASL listener, only the exchange itself.
+    pub(crate) fn admits_unauthenticated(&self, body: Option<&pb::request::Body>) -> bool {
+        !self.protocol.is_sasl()
+            || self.principal.get().is_some()
+            || matches!(
+                body,
+                Some(pb::request::Body::SaslHandshake(_) | pb::request::Body::SaslAuthenticate(_))
+            )
+    }
+
+    /// Cancels what waits on behalf of the connection (it closed).
+    pub(crate) fn cancel_pending(&self) {
+        let pending = std::mem::take(&mut *self.pending.lock());
+        for op in pending {
+            op.cancel();
+        }
+    }
+
+    /// Who the connection authenticated as.
+    pub(crate) fn principal(&self) -> Principal {
+        match (self.principal.get(), &self.certificate) {
+            (Some(p), _) => p.clone(),
+            (None, Some(subject)) => Principal::User(subject.clone()),
+            (None, None) => Principal::Anonymous,
+        }
+    }
+
+    /// Remembers a waiting operation so that closing the connection cancels it.
+    pub(crate) fn track(&self, op: Box<dyn Pending>) {
+        let mut pending = self.pending.lock();
+        // Drop completed ones now and then so the list stays as long as what waits.
+        if pending.len() >= 64 && pending.len().is_power_of_two() {
+            pending.retain(|p| !p.is_completed());
+        }
+        pending.push(op);
+    }
+}
+
+/// Sends the response of one request. Dropping it without sending (acks=0) frees
+/// the in-flight slot all the same.
+#[derive(Debug)]
+pub(crate) struct Responder {
+    conn: Arc<ConnectionState>,
+    correlation_id: i32,
+    api: Option<Arc<ApiMetrics>>,
+    started: Instant,
+    /// Its place among the connection's requests in flight (none for the
+    /// broker's own requests).
+    _permit: Option<OwnedSemaphorePermit>,
+    /// The response bytes reserved for it (fetches): released once written.
+    reserved: Option<OwnedSemaphorePermit>,
+    /// Where the response goes when the request came on a Kafka listener.
+    kafka: Option<KafkaReply>,
+    /// Where the response goes when the broker asked itself.
+    internal: Option<tokio::sync::oneshot::Sender<pb::response::Body>>,
+    /// Adds the parts of the request the authorizer refused.
+    patch: Option<PatchSlot>,
+}
+
+/// A response's patch (see [`Responder::set_patch`]).
+struct PatchSlot(crate::authorizer::Patch);
+
+impl std::fmt::Debug for PatchSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Patch")
+    }
+}
+
+/// A Kafka listener's request: how its syncline response becomes the Kafka
+/// response (the API and version it was asked in), and the slot the
+/// connection's writer waits on, in request order.
+pub(crate) struct KafkaReply {
+    pub(crate) translate: Box<dyn FnOnce(pb::response::Body) -> Bytes + Send>,
+    pub(crate) slot: tokio::sync::oneshot::Sender<(Bytes, Option<OwnedSemaphorePermit>)>,
+}
+
+impl std::fmt::Debug for KafkaReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KafkaReply")
+    }
+}
+
+impl Responder {
+    /// A responder for a request of a syncline connection, `correlation_id`
+    /// its id.
+    pub(crate) fn for_syncline(
+        conn: Arc<ConnectionState>,
+        correlation_id: i32,
+        api: Option<Arc<ApiMetrics>>,
+        permit: OwnedSemaphorePermit,
+        reserved: Option<OwnedSemaphorePermit>,
+    ) -> Responder {
+        Responder {
+            conn,
+            correlation_id,
+            api,
+            started: Instant::now(),
+            _permit: Some(permit),
+            reserved,
+            kafka: None,
+            internal: None,
+            patch: None,
+        }
+    }
+
+    /// The connection the request came on.
+    pub(crate) fn connection(&self) -> &Arc<ConnectionState> {
+        &self.conn
+    }
+
+    /// A responder for a request of a Kafka listener's connection.
+    pub(crate) fn for_kafka(
+        conn: Arc<ConnectionState>,
+        api: Option<Arc<ApiMetrics>>,
+        permit: OwnedSemaphorePermit,
+        reserved: Option<OwnedSemaphorePermit>,
+        reply: KafkaReply,
+    ) -> Responder {
+        Responder {
+            conn,
+            correlation_id: 0,
+            api,
+            started: Instant::now(),
+            _permit: Some(permit),
+            reserved,
+            kafka: Some(reply),
+            internal: None,
+            patch: None,
+        }
+    }
+
+    /// A responder for a request the broker makes of itself: the answer comes
+    /// back on the receiver. Its connection is `internal`.
+    pub(crate) fn internal(
+        listener: Arc<str>,
+    ) -> (
+        Responder,
+        tokio::sync::oneshot::Receiver<pb::response::Body>,
+    ) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let conn = Arc::new(ConnectionState {
+            listener,
+            peer: "this broker".into(),
+            tx: None,
+            pending: Mutex::new(Vec::new()),
+            principal: OnceLock::new(),
+            certificate: None,
+            internal: true,
+            protocol: SecurityProtocol::Plaintext,
+            close: CancellationToken::new(),
+        });
+        let responder = Responder {
+            conn,
+            correlation_id: 0,
+            api: None,
+            started: Instant::now(),
+            _permit: None,
+            reserved: None,
+            kafka: None,
+            internal: Some(tx),
+            patch: None,
+        };
+        (responder, rx)
+    }
+
+    /// Has `patch` applied to the response before it is sent.
+    pub(crate) fn set_patch(&mut self, patch: crate::authorizer::Patch) {
+        self.patch = Some(PatchSlot(patch));
+    }
+
+    /// Sends the response.
+    pub(crate) fn send(mut self, mut body: pb::response::Body) {
+        if let Some(PatchSlot(patch)) = self.patch.take() {
+            patch(&mut body);
+        }
+        if let Some(tx) = self.internal.take() {
+            let _ = tx.send(body);
+            return;
+        }
+        if let Some(reply) = self.kafka.take() {
+            let bytes = (reply.translate)(body);
+            if let Some(api) = &self.api {
+                api.observe(self.started.elapsed(), bytes.len());
+            }
+            let _ = reply.slot.send((bytes, self.reserved.take()));
+            return;
+        }
+        let response = pb::Response {
+            correlation_id: self.correlation_id,
+            body: Some(body),
+        };
+        self.queue(Outgoing::Frame(frame::encode(&response)));
+    }
+
+    /// Whether a fetch response may leave its records in the segment files
+    /// ([`Responder::send_fetch`]): only on a syncline connection, whose writer
+    /// sends them itself (the Kafka listener's responses and the broker's own
+    /// requests need them in memory).
+    pub(crate) fn zero_copy(&self) -> bool {
+        self.conn.tx.is_some() && self.kafka.is_none() && self.internal.is_none()
+    }
+
+    /// Sends a fetch response whose records are `response`'s and, for the
+    /// partitions in `regions`, those regions of the segment files: written
+    /// around the envelope without being copied here ([`crate::send`]).
+    pub(crate) fn send_fetch(mut self, response: pb::FetchResponse, mut regions: FetchRegions) {
+        if regions.is_empty() {
+            self.send(pb::response::Body::Fetch(response));
+            return;
+        }
+        let mut body = pb::response::Body::Fetch(response);
+        if let Some(PatchSlot(patch)) = self.patch.take() {
+            patch(&mut body);
+        }
+        let pb::response::Body::Fetch(response) = body else {
+            unreachable!("a fetch response's patch keeps it a fetch response")
+        };
+        if !self.zero_copy() {
+            // Not read for zero-copy: nothing here reads regions, but should
+            // one come, its records are read into the message.
+            let mut response = response;
+            for t in &mut response.responses {
+                for p in &mut t.partitions {
+                    let taken = regions.take(&t.topic, p.partition);
+                    if taken.is_empty() {
+                        continue;
+                    }
+                    match syncline_log::Records::Regions(taken).read() {
+                        Ok(bytes) => p.records = bytes,
+                        Err(e) => {
+                            tracing::warn!(peer = %self.conn.peer, error = %e, "closing connection: fetch records changed under the response");
+                            self.conn.close.cancel();
+                            return;
+                        }
+                    }
+                }
+            }
+            self.send(pb::response::Body::Fetch(response));
+            return;
+        }
+        let chunks = frame::encode_fetch_response_chunks(self.correlation_id, response, |t, p| {
+            regions.take(t, p)
+        });
+        self.queue(Outgoing::Chunks(chunks));
+    }
+
+    /// Queues a syncline response frame for the connection's writer.
+    fn queue(&mut self, out: Outgoing) {
+        if let Some(api) = &self.api {
+            api.observe(self.started.elapsed(), out.len() as usize);
+        }
+        // The connection may have closed meanwhile: then nobody wants the answer.
+        if let Some(tx) = &self.conn.tx {
+            let _ = tx.send((out, self.reserved.take()));
+        }
+    }
+
+    /// Sends an error for a request that could not be served at all.
+    pub(crate) fn send_error(self, code: syncline_proto::ErrorCode, message: impl Into<String>) {
+        self.send(pb::response::Body::Error(pb::ErrorResponse {
+            error_code: code as i32,
+            error_message: message.into(),
+            controller_hint: None,
+        }));
+    }
+
+    /// Completes a request that gets no response (acks=0).
+    pub(crate) fn no_response(self) {
+        if let Some(api) = &self.api {
+            api.observe(self.started.elapsed(), 0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_certificate_is_the_principal_until_sasl_names_another() {
+        let conn = ConnectionState::kafka(
+            "SSL".into(),
+            "10.0.0.1:5000",
+            SecurityProtocol::Ssl,
+            Some("CN=alice,O=example".into()),
+            CancellationToken::new(),
+        );
+        assert_eq!(
+            conn.principal(),
+            Principal::User("CN=alice,O=example".into())
+        );
+        assert_eq!(conn.principal().acl_name(), "User:CN=alice,O=example");
+        // SSL is not a SASL listener: anything may come before a login.
+        assert!(conn.admits_unauthenticated(None));
+        assert!(conn.set_principal(Principal::Broker(2)));
+        assert_eq!(conn.principal(), Principal::Broker(2));
+
+        let sasl = ConnectionState::kafka(
+            "CLIENT".into(),
+            "10.0.0.1:5001",
+            SecurityProtocol::SaslSsl,
+            None,
+            CancellationToken::new(),
+        );
+        assert_eq!(sasl.principal(), Principal::Anonymous);
+        let metadata = pb::request::Body::Metadata(pb::MetadataRequest::default());
+        let handshake = pb::request::Body::SaslHandshake(pb::SaslHandshakeRequest::default());
+        assert!(!sasl.admits_unauthenticated(Some(&metadata)));
+        assert!(sasl.admits_unauthenticated(Some(&handshake)));
+        assert!(sasl.set_principal(Principal::User("bob".into())));
+        assert!(sasl.admits_unauthenticated(Some(&metadata)));
+    }
+}
