@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use syncline_log::Records;
 use syncline_proto::{pb, ErrorCode, TopicPartition};
 use syncline_purgatory::{Completion, DelayedOperation, OpHandle, Purgatory};
-use syncline_replication::fetch::{self, FetchBudget, WaitingPartition};
+use syncline_replication::fetch::{self, FetchBudget, FetchFrom, WaitingPartition};
 
 use crate::fetch_session::{FetchSessionCache, SessionContext};
 use crate::metrics::{BrokerMetrics, ThrottleSide};
@@ -50,10 +50,8 @@ impl<O: DelayedOperation> Pending for Waiting<O> {
 /// The request-wide parameters of a fetch.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct FetchParams {
-    /// -1 for consumers.
-    pub replica_id: i32,
-    /// A consumer that may read from a follower (it gave its rack, KIP-392).
-    pub allow_follower_read: bool,
+    /// A consumer (and whether a follower may serve it), or a follower.
+    pub from: FetchFrom,
     /// A follower fetch that is answered as soon as the high watermark moves, so
     /// that the follower learns it within one round trip: only where followers
     /// serve consumers (`replica_selector = "rack_aware"`), since their high
@@ -70,7 +68,7 @@ pub(crate) struct FetchParams {
 
 impl FetchParams {
     pub(crate) fn is_follower(&self) -> bool {
-        self.replica_id >= 0
+        self.from.is_follower()
     }
 }
 
@@ -151,9 +149,9 @@ pub(crate) fn read_partitions(
     let mut regions = FetchRegions::default();
     for s in statuses {
         let max = budget.read_limit(s.partition_max_bytes);
-        let result = if params.is_follower() {
+        let result = if let FetchFrom::Follower { id, .. } = params.from {
             s.partition.read_for_follower(
-                params.replica_id,
+                id,
                 s.fetch_offset,
                 s.last_fetched_epoch,
                 s.current_leader_epoch,
@@ -165,7 +163,7 @@ pub(crate) fn read_partitions(
                 s.fetch_offset,
                 max,
                 s.current_leader_epoch,
-                params.allow_follower_read,
+                params.from.follower_read(),
                 params.zero_copy,
             )
         };
@@ -241,7 +239,7 @@ pub(crate) fn fetch_ready(params: &FetchParams, statuses: &[FetchPartitionStatus
             s.fetch_offset,
             params.is_follower(),
             s.current_leader_epoch,
-            params.allow_follower_read,
+            params.from.follower_read(),
         ),
         partition_max_bytes: s.partition_max_bytes,
         held_back: s.held_back(now),

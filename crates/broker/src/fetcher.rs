@@ -525,13 +525,7 @@ impl FetcherTask {
         let positioned: Vec<(Round, LogPosition)> = rounds
             .into_iter()
             .filter_map(|r| {
-                let (log_end_offset, latest_epoch, log_start_offset) =
-                    r.partition.follower_poll_position()?;
-                let log = LogPosition {
-                    log_end_offset,
-                    latest_epoch,
-                    log_start_offset,
-                };
+                let log = r.partition.follower_poll_position()?;
                 Some((r, log))
             })
             .collect();
@@ -701,7 +695,7 @@ impl FetcherTask {
                 Effect::AskLogStart => match self.leader_log_start(conn, r).await {
                     Ok(leader_log_start) => Event::LogStart {
                         leader_log_start,
-                        log_end_offset: r.partition.follower_fetch_position().0,
+                        log_end_offset: r.partition.follower_fetch_position().log_end_offset,
                     },
                     Err(code) => Event::Failed(code),
                 },
@@ -734,7 +728,7 @@ impl FetcherTask {
         cause: TruncationCause,
     ) -> Result<(), ErrorCode> {
         let p = &r.partition;
-        let (leo, _, _) = p.follower_fetch_position();
+        let leo = p.follower_fetch_position().log_end_offset;
         match p.truncate_to(offset, r.leader_epoch) {
             Ok(new_leo) => {
                 if new_leo < leo {
@@ -768,7 +762,7 @@ impl FetcherTask {
     fn local_log(r: &Round, leader: EpochEndOffset) -> LocalLog {
         let p = &r.partition;
         LocalLog {
-            log_end_offset: p.follower_fetch_position().0,
+            log_end_offset: p.follower_fetch_position().log_end_offset,
             high_watermark: p.high_watermark(),
             epoch_end: p.local_end_offset_for_epoch(leader.epoch),
         }

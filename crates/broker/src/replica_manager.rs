@@ -33,6 +33,7 @@ use crate::partition::{
 use crate::quota::ReplicationQuota;
 use crate::responder::Responder;
 use crate::topic_config::TopicConfig;
+use syncline_replication::fetch::FetchFrom;
 use syncline_replication::partition::{IsrChangeKind, IsrProposal};
 use syncline_replication::produce::{self, AckWhen, Acks};
 use syncline_replication::{announcement, isr};
@@ -386,8 +387,7 @@ impl ReplicaManager {
             }
         };
         let params = FetchParams {
-            replica_id: req.replica_id.max(-1),
-            allow_follower_read: req.replica_id < 0 && !req.rack_id.is_empty(),
+            from: FetchFrom::from_wire(req.replica_id, req.replica_epoch, &req.rack_id),
             push_high_watermark: req.replica_id >= 0
                 && self.config.replica_selector == crate::config::ReplicaSelector::RackAware,
             min_bytes: req.min_bytes.max(0) as u64,
@@ -396,7 +396,7 @@ impl ReplicaManager {
             zero_copy: responder.zero_copy(),
         };
         let is_follower = params.is_follower();
-        let select_by_rack = params.allow_follower_read
+        let select_by_rack = params.from.follower_read()
             && self.config.replica_selector == crate::config::ReplicaSelector::RackAware;
         let mut response = pb::FetchResponse::default();
         let mut statuses = Vec::with_capacity(entries.len());
@@ -583,10 +583,13 @@ impl ReplicaManager {
             IsrChangeKind::Shrink => "shrink",
             IsrChangeKind::Expand => "expand",
         };
-        for (replica, ms, lag) in &proposal.replicas {
+        for e in &proposal.replicas {
+            // -1: never caught up under this leader.
+            let ms = e.since_caught_up.map_or(-1, |d| d.as_millis() as i64);
             tracing::info!(
-                topic = %tp.topic, partition = tp.partition, replica, last_caught_up_ms_ago = ms,
-                lag_offsets = lag, replica_lag_time_max_ms = self.lag_time_ms(tp),
+                topic = %tp.topic, partition = tp.partition, replica = e.broker_id,
+                last_caught_up_ms_ago = ms, lag_offsets = e.lag,
+                replica_lag_time_max_ms = self.lag_time_ms(tp),
                 new_isr = ?proposal.new_isr, "isr {kind} proposed"
             );
         }
@@ -1472,8 +1475,7 @@ mod tests {
                 .unwrap();
         }
         let params = FetchParams {
-            replica_id: 3,
-            allow_follower_read: false,
+            from: FetchFrom::Follower { id: 3, epoch: None },
             push_high_watermark: false,
             min_bytes: 1,
             max_bytes: 1 << 20,

@@ -8,7 +8,7 @@
 //!   watermark for consumers, the log end for followers and the leader's own
 //!   reads), and for followers the KIP-595 divergence check before the range.
 //!
-//! Per partition, the core decides the rest: who may read and under which
+//! [`FetchFrom`] says who fetches. Per partition, the core decides the rest: who may read and under which
 //! epoch (`PartitionCore::consumer_high_watermark`, `check_follower_read`),
 //! where logs diverge (`diverging_epoch`), and whether a waiting fetch's
 //! partition changed (`fetch_readiness`).
@@ -17,6 +17,59 @@ use syncline_proto::{EpochEndOffset, ErrorCode};
 
 use crate::partition::core::diverging_epoch;
 use crate::partition::FetchReadiness;
+
+/// Who a fetch (or a ListOffsets) is from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchFrom {
+    /// A consumer. `follower_read`: it named its rack (KIP-392), so a
+    /// follower may serve it, up to that follower's high watermark.
+    Consumer {
+        /// Whether a follower may serve it.
+        follower_read: bool,
+    },
+    /// A follower replica.
+    Follower {
+        /// Its broker id.
+        id: i32,
+        /// The broker epoch it runs in, when it named one.
+        epoch: Option<i64>,
+    },
+}
+
+impl FetchFrom {
+    /// From the wire: a `replica_id` of a broker (≥ 0) is a follower, any
+    /// other a consumer; a negative `replica_epoch` names none.
+    #[must_use]
+    pub fn from_wire(replica_id: i32, replica_epoch: i64, rack_id: &str) -> FetchFrom {
+        if replica_id >= 0 {
+            FetchFrom::Follower {
+                id: replica_id,
+                epoch: crate::isr::named_broker_epoch(replica_epoch),
+            }
+        } else {
+            FetchFrom::Consumer {
+                follower_read: !rack_id.is_empty(),
+            }
+        }
+    }
+
+    /// Whether a follower replica fetches.
+    #[must_use]
+    pub fn is_follower(self) -> bool {
+        matches!(self, FetchFrom::Follower { .. })
+    }
+
+    /// Whether a consumer may be served by a follower.
+    #[must_use]
+    pub fn follower_read(self) -> bool {
+        matches!(
+            self,
+            FetchFrom::Consumer {
+                follower_read: true
+            }
+        )
+    }
+}
 
 /// A fetch's byte budget (`max_bytes`) as its partitions are read in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,6 +224,60 @@ pub fn plan_follower_read(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_broker_id_is_a_follower_and_a_rack_lets_a_consumer_read_from_one() {
+        for (replica_id, epoch, rack, want) in [
+            (
+                2,
+                7,
+                "",
+                FetchFrom::Follower {
+                    id: 2,
+                    epoch: Some(7),
+                },
+            ),
+            (2, -1, "r1", FetchFrom::Follower { id: 2, epoch: None }),
+            (
+                0,
+                0,
+                "",
+                FetchFrom::Follower {
+                    id: 0,
+                    epoch: Some(0),
+                },
+            ),
+            (
+                -1,
+                -1,
+                "",
+                FetchFrom::Consumer {
+                    follower_read: false,
+                },
+            ),
+            (
+                -1,
+                -1,
+                "r1",
+                FetchFrom::Consumer {
+                    follower_read: true,
+                },
+            ),
+            (
+                -5,
+                3,
+                "r1",
+                FetchFrom::Consumer {
+                    follower_read: true,
+                },
+            ),
+        ] {
+            let from = FetchFrom::from_wire(replica_id, epoch, rack);
+            assert_eq!(from, want, "replica_id {replica_id}, rack {rack:?}");
+            assert_eq!(from.is_follower(), replica_id >= 0);
+            assert_eq!(from.follower_read(), replica_id < 0 && !rack.is_empty());
+        }
+    }
 
     /// Kafka's ReplicaManagerTest "fetch max bytes": the first partition with
     /// data may go past the budget, later ones send nothing this round.

@@ -35,6 +35,7 @@ use tokio::time::Instant;
 
 use crate::topic_config::TopicConfig;
 use syncline_replication::fetch::{self, FollowerRead, LogBounds, Reader};
+use syncline_replication::follower::LogPosition;
 use syncline_replication::partition::IsrChangeKind;
 pub use syncline_replication::partition::{
     AlterPartitionResult, Announcement, CommittedIsr, Effects, FetchReadiness, FetcherChange,
@@ -223,6 +224,15 @@ fn sequence_check(states: &ProducerStates, batches: &[u8]) -> Result<SequenceChe
                 SequenceError::UnknownProducer { .. } => ErrorCode::UnknownProducerId,
             }
         }),
+    }
+}
+
+/// A follower's position in its log.
+fn position(log: &Log) -> LogPosition {
+    LogPosition {
+        log_end_offset: log.log_end_offset(),
+        latest_epoch: log.latest_epoch(),
+        log_start_offset: log.log_start_offset(),
     }
 }
 
@@ -739,28 +749,17 @@ impl Partition {
 
     // --- follower ---
 
-    /// The follower's fetch position: (LEO, latest leader epoch in its log, log start).
-    pub fn follower_fetch_position(&self) -> (i64, Option<i32>, i64) {
-        let log = self.log.read();
-        (
-            log.log_end_offset(),
-            log.latest_epoch(),
-            log.log_start_offset(),
-        )
+    /// The follower's position: its log end (the next fetch offset), the
+    /// latest leader epoch in its log, and its log start.
+    pub fn follower_fetch_position(&self) -> LogPosition {
+        position(&self.log.read())
     }
 
     /// As [`Partition::follower_fetch_position`], or None when the log failed
     /// (see [`Partition::log_failure`]): the fetcher's poll, under one lock.
-    pub fn follower_poll_position(&self) -> Option<(i64, Option<i32>, i64)> {
+    pub fn follower_poll_position(&self) -> Option<LogPosition> {
         let log = self.log.read();
-        if log.failure().is_some() {
-            return None;
-        }
-        Some((
-            log.log_end_offset(),
-            log.latest_epoch(),
-            log.log_start_offset(),
-        ))
+        log.failure().is_none().then(|| position(&log))
     }
 
     /// This replica's own end offset for `epoch` (truncation decisions).

@@ -1526,7 +1526,7 @@ mod tests {
         let shrink = check(&mut l, t0 + ms(10_001)).expect("3 is stale");
         assert_eq!(shrink.kind, IsrChangeKind::Shrink);
         assert_eq!(shrink.new_isr, vec![1, 2]);
-        assert_eq!(shrink.replicas[0].0, 3);
+        assert_eq!(shrink.replicas[0].broker_id, 3);
         // A proposal is in flight: no second one.
         assert_eq!(check(&mut l, t0 + ms(20_000)), None);
     }

@@ -84,9 +84,31 @@ pub struct IsrProposal {
     /// The partition epoch of the ISR it changes: the controller refuses the
     /// proposal (InvalidUpdateVersion) if the partition has moved on since.
     pub partition_epoch: i32,
-    /// The followers leaving or joining and the evidence: (id, ms since last caught
-    /// up or -1, lag in offsets).
-    pub replicas: Vec<(i32, i64, i64)>,
+    /// The followers leaving or joining, each with the evidence for it.
+    pub replicas: Vec<IsrEvidence>,
+}
+
+/// Why a follower leaves or joins the ISR, as the leader saw it when it
+/// proposed the change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IsrEvidence {
+    /// The follower's broker id.
+    pub broker_id: i32,
+    /// How long since it was last caught up with the leader's log end (None:
+    /// never, under this leader).
+    pub since_caught_up: Option<Duration>,
+    /// How many offsets it is behind the leader's log end.
+    pub lag: i64,
+}
+
+impl IsrEvidence {
+    fn of(f: &FollowerState, now: Instant, leader_leo: i64) -> IsrEvidence {
+        IsrEvidence {
+            broker_id: f.broker_id,
+            since_caught_up: f.last_caught_up.map(|t| now.saturating_duration_since(t)),
+            lag: f.lag(leader_leo),
+        }
+    }
 }
 
 /// What a follower fetch changed.
@@ -367,7 +389,7 @@ impl LeaderState {
         }
         let mut new_isr = self.isr.clone();
         new_isr.push(id);
-        let evidence = (id, ms_since(f.last_caught_up, now), f.lag(leader_leo));
+        let evidence = IsrEvidence::of(f, now, leader_leo);
         Some(self.propose(IsrChangeKind::Expand, new_isr, vec![evidence]))
     }
 
@@ -382,18 +404,12 @@ impl LeaderState {
         if self.pending.is_some() || self.backing_off(now) {
             return None;
         }
-        let out: Vec<(i32, i64, i64)> = self
+        let out: Vec<IsrEvidence> = self
             .followers
             .iter()
             .filter(|f| self.isr.contains(&f.broker_id))
             .filter(|f| f.log_end_offset != Some(leader_leo) && !self.caught_up_within_lag(f, now))
-            .map(|f| {
-                (
-                    f.broker_id,
-                    ms_since(f.last_caught_up, now),
-                    f.lag(leader_leo),
-                )
-            })
+            .map(|f| IsrEvidence::of(f, now, leader_leo))
             .collect();
         if out.is_empty() {
             return None;
@@ -402,7 +418,7 @@ impl LeaderState {
             .isr
             .iter()
             .copied()
-            .filter(|r| !out.iter().any(|o| o.0 == *r))
+            .filter(|r| !out.iter().any(|o| o.broker_id == *r))
             .collect();
         Some(self.propose(IsrChangeKind::Shrink, new_isr, out))
     }
@@ -411,7 +427,7 @@ impl LeaderState {
         &mut self,
         kind: IsrChangeKind,
         new_isr: Vec<i32>,
-        replicas: Vec<(i32, i64, i64)>,
+        replicas: Vec<IsrEvidence>,
     ) -> IsrProposal {
         let members = new_isr
             .iter()
@@ -568,10 +584,6 @@ impl LeaderState {
             self.replicas
         );
     }
-}
-
-fn ms_since(t: Option<Instant>, now: Instant) -> i64 {
-    t.map_or(-1, |t| now.saturating_duration_since(t).as_millis() as i64)
 }
 
 #[cfg(test)]
@@ -800,7 +812,14 @@ mod tests {
         assert_eq!(p.kind, IsrChangeKind::Shrink);
         assert_eq!(p.new_isr, vec![1, 3]);
         assert_eq!(p.members, vec![(1, 10), (3, 30)]);
-        assert_eq!(p.replicas, vec![(2, 10_001, 100)]);
+        assert_eq!(
+            p.replicas,
+            vec![IsrEvidence {
+                broker_id: 2,
+                since_caught_up: Some(ms(10_001)),
+                lag: 100
+            }]
+        );
         assert_eq!((p.leader_epoch, p.partition_epoch), (5, 7));
     }
 

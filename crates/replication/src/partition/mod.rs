@@ -18,4 +18,4 @@ pub use self::core::{
     AlterPartitionResult, Announcement, CommittedIsr, Effects, FetchReadiness, FetcherChange,
     LeaderHealth, ListedOffset, PartitionCore, ProduceCheck, ReplicationConfig, RoleChange, Wake,
 };
-pub use leader_state::{FollowerFetch, IsrChangeKind, IsrProposal};
+pub use leader_state::{FollowerFetch, IsrChangeKind, IsrEvidence, IsrProposal};
