@@ -33,7 +33,7 @@ use crate::partition::{
 use crate::quota::ReplicationQuota;
 use crate::responder::Responder;
 use crate::topic_config::TopicConfig;
-use syncline_replication::fetch::FetchFrom;
+use syncline_replication::fetch::{self, FetchFrom};
 use syncline_replication::partition::{IsrChangeKind, IsrProposal};
 use syncline_replication::produce::{self, AckWhen, Acks};
 use syncline_replication::{announcement, isr};
@@ -46,13 +46,6 @@ const SHRINK_POLL: Duration = Duration::from_millis(100);
 pub(crate) struct IsrRequest {
     pub tp: TopicPartition,
     pub proposal: IsrProposal,
-}
-
-/// Whether a fetch is answered at once rather than parked in the purgatory: it may
-/// not wait, it already has `min_bytes`, or it has something to say at once (an
-/// error, a diverging epoch, nothing to wait on).
-fn answer_now(max_wait: Duration, read_bytes: usize, min_bytes: u64, must_answer: bool) -> bool {
-    max_wait.is_zero() || read_bytes as u64 >= min_bytes || must_answer
 }
 
 /// A refused append: the code, and the partition when known (for the leader hint).
@@ -500,7 +493,7 @@ impl ReplicaManager {
                 .flat_map(|t| &t.partitions)
                 .any(|p| p.error_code != ErrorCode::None as i32 || p.diverging_epoch.is_some());
         let max_wait = produce::fetch_wait(req.max_wait_ms);
-        if answer_now(
+        if fetch::answer_now(
             max_wait,
             read.bytes,
             params.min_bytes,
@@ -1545,25 +1538,5 @@ mod tests {
         tokio::time::advance(quota.wait(Instant::now())).await;
         assert!(fetch_ready(&params, &throttled));
         assert!(read(&throttled).0.bytes > 1500);
-    }
-
-    #[test]
-    fn a_fetch_is_answered_at_once_only_when_it_may_not_or_need_not_wait() {
-        let wait = Duration::from_millis(500);
-        // (max wait, bytes read, min bytes, something to say now) -> answer now
-        let cases = [
-            (Duration::ZERO, 0, 1, false, true),
-            (wait, 10, 10, false, true),
-            (wait, 9, 10, false, false),
-            (wait, 0, 1, true, true),
-            (wait, 0, 0, false, true),
-        ];
-        for (max_wait, read, min, must, expected) in cases {
-            assert_eq!(
-                answer_now(max_wait, read, min, must),
-                expected,
-                "{max_wait:?} {read} {min} {must}"
-            );
-        }
     }
 }

@@ -2,7 +2,8 @@
 //! - [`FetchBudget`]: the request's `max_bytes` across partitions, where only
 //!   the first partition with data may go past it (one batch at least, so a
 //!   large batch cannot stall the reader);
-//! - [`ready`]: when a fetch waiting in the purgatory may be answered;
+//! - [`answer_now`] and [`ready`]: whether a fetch is answered at once or
+//!   parked in the purgatory, and when a parked one may be answered;
 //! - [`plan_read`] and [`plan_follower_read`]: which offsets a read may ask
 //!   for (OFFSET_OUT_OF_RANGE outside the log), up to where it reads (the high
 //!   watermark for consumers, the log end for followers and the leader's own
@@ -12,6 +13,8 @@
 //! epoch (`PartitionCore::consumer_high_watermark`, `check_follower_read`),
 //! where logs diverge (`diverging_epoch`), and whether a waiting fetch's
 //! partition changed (`fetch_readiness`).
+
+use std::time::Duration;
 
 use syncline_proto::{EpochEndOffset, ErrorCode};
 
@@ -118,6 +121,20 @@ impl FetchBudget {
     fn remaining(&self) -> usize {
         self.max_bytes.saturating_sub(self.used)
     }
+}
+
+/// Whether a fetch is answered at once rather than parked in the purgatory:
+/// it may not wait (`max_wait` zero), it already has `min_bytes`, or it has
+/// something to say at once (`must_answer`: an error, a diverging epoch,
+/// nothing to wait on).
+#[must_use]
+pub fn answer_now(
+    max_wait: Duration,
+    read_bytes: usize,
+    min_bytes: u64,
+    must_answer: bool,
+) -> bool {
+    max_wait.is_zero() || read_bytes as u64 >= min_bytes || must_answer
 }
 
 /// One partition of a waiting fetch, as [`ready`] weighs it.
@@ -492,5 +509,25 @@ mod tests {
             plan_follower_read(60, None, |_| unreachable!(), log),
             Err(ErrorCode::OffsetOutOfRange)
         );
+    }
+
+    #[test]
+    fn a_fetch_is_answered_at_once_only_when_it_may_not_or_need_not_wait() {
+        let wait = Duration::from_millis(500);
+        // (max wait, bytes read, min bytes, something to say now) -> answer now
+        let cases = [
+            (Duration::ZERO, 0, 1, false, true),
+            (wait, 10, 10, false, true),
+            (wait, 9, 10, false, false),
+            (wait, 0, 1, true, true),
+            (wait, 0, 0, false, true),
+        ];
+        for (max_wait, read, min, must, expected) in cases {
+            assert_eq!(
+                answer_now(max_wait, read, min, must),
+                expected,
+                "{max_wait:?} {read} {min} {must}"
+            );
+        }
     }
 }
