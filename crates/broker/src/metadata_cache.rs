@@ -13,6 +13,7 @@ use syncline_auth::{Mechanism, Verifier};
 use syncline_proto::{pb, ErrorCode, NO_LEADER};
 use syncline_replication::announcement::{freshness, Epochs, Freshness};
 use syncline_replication::isr::{self, Registration};
+use syncline_replication::topic::{adopt, same_topic, Adopt, TopicId};
 use tokio::sync::Notify;
 
 #[derive(Debug, Default)]
@@ -252,10 +253,12 @@ impl MetadataCache {
             }
         }
         for d in &req.deleted_topics {
-            let same = image
-                .topics
-                .get(&d.name)
-                .is_some_and(|t| t.topic_id == d.topic_id || t.topic_id == 0);
+            let same = image.topics.get(&d.name).is_some_and(|t| {
+                same_topic(
+                    TopicId::from_wire(t.topic_id),
+                    TopicId::from_wire(d.topic_id),
+                )
+            });
             if same {
                 image.topics.remove(&d.name);
             }
@@ -268,9 +271,9 @@ impl MetadataCache {
                 .map(|t| (t.name.as_str(), t.topic_id))
                 .collect();
             image.topics.retain(|name, t| {
-                let keep = announced
-                    .get(name.as_str())
-                    .is_some_and(|&id| id == t.topic_id || id == 0 || t.topic_id == 0);
+                let keep = announced.get(name.as_str()).is_some_and(|&id| {
+                    same_topic(TopicId::from_wire(id), TopicId::from_wire(t.topic_id))
+                });
                 if !keep {
                     applied.deleted.push((name.clone(), t.topic_id));
                 }
@@ -311,11 +314,16 @@ impl MetadataCache {
     /// A topic announced under another id than the cached one is a new topic of
     /// the same name (the old one was deleted): its partitions start over.
     fn adopt_topic_id(topic: &mut TopicImage, topic_id: i64) {
-        if topic_id != 0 && topic.topic_id != topic_id {
-            if topic.topic_id != 0 {
+        match adopt(
+            TopicId::from_wire(topic.topic_id),
+            TopicId::from_wire(topic_id),
+        ) {
+            Adopt::Keep => {}
+            Adopt::Learn => topic.topic_id = topic_id,
+            Adopt::Replace => {
                 topic.partitions.clear();
+                topic.topic_id = topic_id;
             }
-            topic.topic_id = topic_id;
         }
     }
 

@@ -36,6 +36,7 @@ use crate::topic_config::TopicConfig;
 use syncline_replication::fetch::{self, FetchFrom};
 use syncline_replication::partition::{IsrChangeKind, IsrProposal};
 use syncline_replication::produce::{self, AckWhen, Acks};
+use syncline_replication::topic::{self, TopicId};
 use syncline_replication::{announcement, isr};
 
 /// How often the partitions' ISR shrink checks are polled.
@@ -1133,9 +1134,10 @@ impl ReplicaManager {
     }
 }
 
-/// Topic ids name the same topic when equal, or when either is unknown (0).
+/// Whether two wire topic ids (0: none given) name the same topic
+/// (`syncline_replication::topic::same_topic`).
 fn same_topic_id(a: i64, b: i64) -> bool {
-    a == b || a == 0 || b == 0
+    topic::same_topic(TopicId::from_wire(a), TopicId::from_wire(b))
 }
 
 /// Deletes what removed replicas left in `log_dir` when the broker stopped before

@@ -28,6 +28,8 @@
 //!   answered, the wait caps, the offsets topic's write guard).
 //! - [`throttle`]: which replicas a reassignment throttles, and the token
 //!   bucket that bounds them.
+//! - [`topic`]: topic identity (KIP-516): `TopicId`, which ids name the same
+//!   topic, and how a cached topic takes an announced id.
 //! - [`planted`]: the rules a simulation run may undo, as config fields.
 
 #![warn(missing_docs)]
@@ -41,5 +43,6 @@ pub mod partition;
 pub mod planted;
 pub mod produce;
 pub mod throttle;
+pub mod topic;
 
 pub use planted::PlantedBugs;

@@ -43,6 +43,7 @@ pub use syncline_replication::partition::{
     RoleChange, Wake,
 };
 pub use syncline_replication::produce::Acks;
+use syncline_replication::topic::{same_topic, TopicId};
 use syncline_replication::PlantedBugs;
 
 /// The suffix of a removed replica's directory, deleted in the background (and at
@@ -271,9 +272,10 @@ impl Partition {
         isr_listener: IsrListener,
     ) -> Result<Partition, LogError> {
         let dir = log_dir.join(tp.dir_name());
-        if topic_id != 0 {
+        let announced = TopicId::from_wire(topic_id);
+        if announced.is_some() {
             match read_topic_id(&dir) {
-                Some(found) if found != topic_id => {
+                Some(found) if !same_topic(announced, TopicId::from_wire(found)) => {
                     let doomed = move_aside(&dir).map_err(|source| LogError::Io {
                         path: dir.clone(),
                         source,
