@@ -20,7 +20,7 @@ use syncline_auth::{credentials, plain, ClientCredential, Mechanism, ScramServer
 use syncline_proto::{pb, ErrorCode};
 
 use crate::config::{BrokerConfig, SslClientAuth};
-use crate::metadata_cache::MetadataCache;
+use crate::control::metadata_cache::MetadataCache;
 use crate::net::{BoxStream, Listener, Network};
 
 /// The identity a connection authenticated as.

@@ -14,17 +14,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::BrokerAuth;
 use crate::config::BrokerConfig;
-use crate::controller_client::{
-    run_alter_partition, run_lifecycle, BrokerStatus, ControllerChannel,
-};
-use crate::controller_host::{self, ControllerHandle};
-use crate::fetcher::FetcherManager;
+use crate::control::client::{run_lifecycle, BrokerStatus, ControllerChannel};
+use crate::control::host::{self, ControllerHandle};
+use crate::control::metadata_cache::MetadataCache;
 use crate::front::{ConnectionLimits, Dispatch};
 use crate::groups::OFFSETS_TOPIC;
-use crate::metadata_cache::MetadataCache;
 use crate::metrics::{BrokerMetrics, PartitionLabel, MAX_PARTITION_SERIES};
 use crate::net::Network;
-use crate::replica_manager::ReplicaManager;
+use crate::replica::alter_partition::run_alter_partition;
+use crate::replica::fetcher::FetcherManager;
+use crate::replica::manager::ReplicaManager;
 use crate::responder::Responder;
 
 /// How long a forwarded CreateTopics waits for the new topic's leaders to be known
@@ -854,7 +853,7 @@ pub async fn start_on(
         )
     })?;
 
-    crate::replica_manager::delete_leftovers(&config.log_dir).with_context(|| {
+    crate::replica::manager::delete_leftovers(&config.log_dir).with_context(|| {
         format!(
             "cannot delete removed replicas' logs in {}",
             config.log_dir.display()
@@ -904,19 +903,21 @@ pub async fn start_on(
         config.clone(),
         metadata.clone(),
         fetchers.clone(),
-        broker_epoch,
+        broker_epoch.clone(),
         isr_tx,
         metrics.clone(),
     ));
     let weak = Arc::downgrade(&rm);
-    fetchers.set_on_append(crate::fetcher::AppendListener(Box::new(move |tp| {
-        if let Some(rm) = weak.upgrade() {
-            rm.wake(tp, false);
-        }
-    })));
+    fetchers.set_on_append(crate::replica::fetcher::AppendListener(Box::new(
+        move |tp| {
+            if let Some(rm) = weak.upgrade() {
+                rm.wake(tp, false);
+            }
+        },
+    )));
     let controller = if config.is_controller {
         Some(
-            controller_host::start(
+            host::start(
                 &config.log_dir.join("__cluster_metadata"),
                 &config,
                 network.clone(),
@@ -1001,15 +1002,22 @@ pub async fn start_on(
         fatal.clone(),
     )));
     let lifecycle = {
-        let (config, rm, metadata, shutdown, background) = (
+        let (config, metadata, shutdown, background) = (
             config.clone(),
-            rm.clone(),
             metadata.clone(),
             shutdown.clone(),
             background.clone(),
         );
         tokio::spawn(async move {
-            run_lifecycle(config, lifecycle_channel, rm, metadata, status_tx, shutdown).await;
+            run_lifecycle(
+                config,
+                lifecycle_channel,
+                broker_epoch,
+                metadata,
+                status_tx,
+                shutdown,
+            )
+            .await;
             background.cancel();
         })
     };

@@ -603,7 +603,7 @@ pub struct BrokerConfig {
     pub num_replica_fetchers: usize,
     /// Bytes a second this broker, as a leader, sends to the replicas reassignments
     /// are adding while they are out of the ISR (Kafka's
-    /// `leader.replication.throttled.rate`; see [`crate::quota`]). `None`
+    /// `leader.replication.throttled.rate`; see [`crate::replica::quota`]). `None`
     /// (absent, or Kafka's default 9223372036854775807): unthrottled.
     pub leader_replication_throttled_rate: Option<u64>,
     /// Bytes a second this broker, as a replica being added by a reassignment and

@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::GroupsConfig;
-use crate::replica_manager::ReplicaManager;
+use crate::replica::manager::ReplicaManager;
 use crate::responder::Responder;
 
 /// The internal topic of the groups' state and committed offsets.

@@ -49,22 +49,15 @@ mod auth;
 mod authorizer;
 mod broker;
 pub mod config;
-mod controller_client;
-mod controller_host;
-mod delayed;
+mod control;
 mod describe_configs;
-mod fetch_session;
-mod fetcher;
 mod front;
 mod groups;
-mod metadata_cache;
 pub mod metrics;
 pub mod net;
-pub mod partition;
 pub use syncline_log::planted;
 mod producer_ids;
-mod quota;
-mod replica_manager;
+mod replica;
 mod responder;
 mod send;
 pub mod topic_config;
@@ -110,7 +103,8 @@ pub fn version() -> String {
 
 pub use broker::{start, start_on, Broker, BrokerHandle};
 pub use config::BrokerConfig;
-pub use replica_manager::ReplicaManager;
+pub use replica::manager::ReplicaManager;
+pub use replica::partition;
 pub use syncline_replication::lifecycle::BrokerStatus;
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ struct SideLabel {
     side: &'static str,
 }
 
-/// Which end of replication a throttle bounds ([`crate::quota`]).
+/// Which end of replication a throttle bounds ([`crate::replica::quota`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ThrottleSide {
     Leader,

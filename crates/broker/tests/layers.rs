@@ -5,10 +5,10 @@
 //!
 //! The layers, top to bottom: `broker` (the composition root: nothing
 //! imports it), `front` (the listeners, behind the `Dispatch` seam), the
-//! group coordinators and the replica layer (`replica_manager`, `delayed`,
-//! `fetch_session`, `fetcher`, `partition`), the control layer
-//! (`controller_client`, `controller_host`, `metadata_cache`), and the leaves
-//! (`responder`, `send`, `config`, `metrics`, `net`, `auth`, ...).
+//! group coordinators (`groups`), the replica layer (`replica/`), the control
+//! layer (`control/`), and the leaves (`responder`, `send`, `config`,
+//! `metrics`, `net`, `auth`, ...); [`FORBIDDEN`] says which may not import
+//! which.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -38,6 +38,53 @@ fn nothing_imports_the_composition_root() {
     assert!(
         importers.is_empty(),
         "modules importing `broker`: {importers:?}"
+    );
+}
+
+/// The layers, each with the ones it must not import (above it, or beside
+/// it across a seam): the front end reaches the rest only through
+/// `front::Dispatch`; the replica layer knows neither the front end nor the
+/// group coordinators; the control layer knows only the leaves; the leaf
+/// every layer answers through (`responder`) and the writer it uses
+/// (`send`) know none of them.
+const FORBIDDEN: &[(&str, &[&str])] = &[
+    (
+        "front",
+        &["replica", "groups", "control::client", "control::host"],
+    ),
+    ("groups", &["front"]),
+    ("replica", &["front", "groups"]),
+    ("control", &["front", "replica", "groups"]),
+    ("responder", &["front", "replica", "control", "groups"]),
+    (
+        "send",
+        &["front", "replica", "control", "groups", "responder"],
+    ),
+];
+
+#[test]
+fn each_layer_imports_only_the_layers_below_it() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let graph = module_graph(&src);
+    let within = |m: &str, layer: &str| m == layer || m.starts_with(&format!("{layer}::"));
+    let mut wrong = Vec::new();
+    for (module, deps) in &graph {
+        for (layer, forbidden) in FORBIDDEN {
+            if !within(module, layer) {
+                continue;
+            }
+            for d in deps
+                .iter()
+                .filter(|d| forbidden.iter().any(|f| within(d, f)))
+            {
+                wrong.push(format!("{module} -> {d}"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "imports against the layers:\n{}",
+        wrong.join("\n")
     );
 }
 

@@ -9,7 +9,7 @@ use syncline_proto::pb;
 use super::limits::ConnectionLimits;
 use crate::auth::{BrokerAuth, UserConnections};
 use crate::config::BrokerConfig;
-use crate::metadata_cache::MetadataCache;
+use crate::control::metadata_cache::MetadataCache;
 use crate::metrics::BrokerMetrics;
 use crate::responder::Responder;
 

@@ -16,21 +16,21 @@ use tokio::time::Instant;
 use crate::config::BrokerConfig;
 #[cfg(feature = "legacy-truncation")]
 use crate::config::TruncationRule;
-use crate::delayed::{
+use crate::control::metadata_cache::MetadataCache;
+use crate::metrics::BrokerMetrics;
+use crate::replica::delayed::{
     read_partitions, DelayedFetch, DelayedProduce, FetchParams, FetchPartitionStatus,
     ProducePartitionStatus, ReadSummary, Waiting,
 };
-use crate::fetch_session::FetchSessionCache;
-use crate::fetcher::FetcherManager;
-use crate::metadata_cache::MetadataCache;
-use crate::metrics::BrokerMetrics;
+use crate::replica::fetch_session::FetchSessionCache;
+use crate::replica::fetcher::FetcherManager;
 #[cfg(feature = "legacy-truncation")]
-use crate::partition::RoleChange;
-use crate::partition::{
+use crate::replica::partition::RoleChange;
+use crate::replica::partition::{
     AlterPartitionResult, Effects, FetcherChange, FollowerFetch, IsrListener, LeaderAppend,
     Partition, TopicPartition, Wake,
 };
-use crate::quota::ReplicationQuota;
+use crate::replica::quota::ReplicationQuota;
 use crate::responder::Responder;
 use crate::topic_config::TopicConfig;
 use syncline_replication::fetch::{self, FetchFrom};
@@ -148,10 +148,6 @@ impl ReplicaManager {
     /// This broker's epoch (-1 until registered).
     pub fn broker_epoch(&self) -> i64 {
         self.broker_epoch.load(Ordering::Acquire)
-    }
-
-    pub(crate) fn set_broker_epoch(&self, epoch: i64) {
-        self.broker_epoch.store(epoch, Ordering::Release);
     }
 
     /// The hosted replica of `topic`'s partition `partition`, if any.
@@ -953,7 +949,7 @@ impl ReplicaManager {
         match moved {
             Ok(doomed) => {
                 tracing::info!(partition = %partition.tp, dir = %doomed.display(), "replica removed; deleting its log");
-                crate::partition::delete_in_background(doomed);
+                crate::replica::partition::delete_in_background(doomed);
             }
             Err(e) => {
                 tracing::error!(partition = %partition.tp, error = %e, "cannot move the log of a removed replica aside")
@@ -983,7 +979,7 @@ impl ReplicaManager {
             let placed_here = match self.metadata.partition_state(&tp.topic, tp.partition) {
                 Some(ps) => {
                     ps.replicas.contains(&self.local_id)
-                        && crate::partition::read_topic_id(&entry.path())
+                        && crate::replica::partition::read_topic_id(&entry.path())
                             .is_none_or(|id| same_topic_id(id, ps.topic_id))
                 }
                 // A topic the image does not have (deleted while this broker was
@@ -994,10 +990,10 @@ impl ReplicaManager {
             if !stray {
                 continue;
             }
-            match crate::partition::move_aside(&entry.path()) {
+            match crate::replica::partition::move_aside(&entry.path()) {
                 Ok(doomed) => {
                     tracing::info!(partition = %tp, "deleting the log of a replica no longer placed here");
-                    crate::partition::delete_in_background(doomed);
+                    crate::replica::partition::delete_in_background(doomed);
                 }
                 Err(e) => {
                     tracing::warn!(partition = %tp, error = %e, "cannot move a stray log aside")
@@ -1149,7 +1145,7 @@ pub(crate) fn delete_leftovers(log_dir: &std::path::Path) -> std::io::Result<()>
         if entry.file_type()?.is_dir()
             && name
                 .to_str()
-                .is_some_and(|n| n.ends_with(crate::partition::DELETE_SUFFIX))
+                .is_some_and(|n| n.ends_with(crate::replica::partition::DELETE_SUFFIX))
         {
             tracing::info!(dir = %entry.path().display(), "deleting the log of a removed replica");
             std::fs::remove_dir_all(entry.path())?;
@@ -1178,8 +1174,8 @@ fn check_names(req: &pb::LeaderAndIsrRequest) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::delayed::fetch_ready;
     use crate::net::Tcp;
+    use crate::replica::delayed::fetch_ready;
     use tokio_util::sync::CancellationToken;
 
     #[test]

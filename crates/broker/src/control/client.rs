@@ -1,21 +1,21 @@
-//! The broker's side of the controller: the I/O shell of the broker's lifecycle
-//! ([`syncline_replication::lifecycle`]: registration, heartbeats, controlled shutdown), and the
-//! AlterPartition sender that carries ISR proposals.
+//! The broker's side of the controller: the channel to the active controller
+//! (which the AlterPartition sender, `replica::alter_partition`, also uses),
+//! and the I/O shell of the broker's lifecycle
+//! ([`syncline_replication::lifecycle`]: registration, heartbeats, controlled
+//! shutdown), which publishes the broker epoch the replica layer reads.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use syncline_client::{ClientError, Connection};
 use syncline_proto::{pb, ErrorCode};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::BrokerConfig;
-use crate::metadata_cache::MetadataCache;
+use crate::control::metadata_cache::MetadataCache;
 use crate::net::Network;
-use crate::partition::TopicPartition;
-use crate::replica_manager::{IsrRequest, ReplicaManager};
-use syncline_replication::isr;
 pub(crate) use syncline_replication::lifecycle::BrokerStatus;
 use syncline_replication::lifecycle::{
     Action, Event, HeartbeatAnswer, Lifecycle, LifecycleConfig, State, StopReason,
@@ -33,7 +33,7 @@ fn attempt_timeout(config: &BrokerConfig) -> Duration {
     )
 }
 /// Pause after a failed request before the next attempt.
-const RETRY_BACKOFF: Duration = Duration::from_millis(200);
+pub(crate) const RETRY_BACKOFF: Duration = Duration::from_millis(200);
 
 /// The way to the active controller: one connection to the voter believed active,
 /// moved on a NOT_CONTROLLER answer (to the voter it names, else the next one), on
@@ -227,7 +227,7 @@ fn refused_as_not_controller(response: &pb::response::Body) -> bool {
 pub(crate) async fn run_lifecycle(
     config: Arc<BrokerConfig>,
     channel: Arc<ControllerChannel>,
-    rm: Arc<ReplicaManager>,
+    broker_epoch: Arc<AtomicI64>,
     metadata: Arc<MetadataCache>,
     status: watch::Sender<BrokerStatus>,
     shutdown: CancellationToken,
@@ -301,7 +301,7 @@ pub(crate) async fn run_lifecycle(
                 }
                 _ => {}
             }
-            rm.set_broker_epoch(s.broker_epoch);
+            broker_epoch.store(s.broker_epoch, Ordering::Release);
             status.send_replace(s);
         }
         if let Event::Heartbeat(HeartbeatAnswer::Error(code)) = event {
@@ -396,95 +396,5 @@ async fn register(
         },
         Ok(_) => Err("unexpected response".into()),
         Err(e) => Err(e.to_string()),
-    }
-}
-
-/// Sends ISR proposals to the controller, batching whatever is queued into one
-/// AlterPartition request, and applies the answers. A partition has at most one
-/// proposal in flight (its leader state refuses a second).
-pub(crate) async fn run_alter_partition(
-    config: Arc<BrokerConfig>,
-    channel: Arc<ControllerChannel>,
-    rm: Arc<ReplicaManager>,
-    mut requests: mpsc::UnboundedReceiver<IsrRequest>,
-    shutdown: CancellationToken,
-) {
-    loop {
-        let first = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            r = requests.recv() => match r { Some(r) => r, None => return },
-        };
-        let mut batch = vec![first];
-        while let Ok(more) = requests.try_recv() {
-            batch.push(more);
-        }
-        let mut topics: Vec<pb::AlterPartitionTopic> = Vec::new();
-        for r in &batch {
-            let p = pb::AlterPartitionPartition {
-                partition: r.tp.partition,
-                leader_epoch: r.proposal.leader_epoch,
-                new_isr_with_epochs: r
-                    .proposal
-                    .members
-                    .iter()
-                    .map(|(broker_id, broker_epoch)| pb::BrokerState {
-                        broker_id: *broker_id,
-                        broker_epoch: *broker_epoch,
-                    })
-                    .collect(),
-                partition_epoch: r.proposal.partition_epoch,
-            };
-            match topics.iter_mut().find(|t| *t.name == *r.tp.topic) {
-                Some(t) => t.partitions.push(p),
-                None => topics.push(pb::AlterPartitionTopic {
-                    name: r.tp.topic.to_string(),
-                    partitions: vec![p],
-                }),
-            }
-        }
-        let request = pb::AlterPartitionRequest {
-            broker_id: config.node_id,
-            broker_epoch: rm.broker_epoch(),
-            topics,
-        };
-        let answer = channel
-            .send(pb::request::Body::AlterPartition(request))
-            .await;
-        let response = match answer {
-            Ok(pb::response::Body::AlterPartition(r)) if r.error_code == 0 => r,
-            other => {
-                let code = match other {
-                    Ok(pb::response::Body::AlterPartition(r)) => ErrorCode::from_wire(r.error_code),
-                    _ => ErrorCode::NetworkException,
-                };
-                for r in &batch {
-                    rm.on_isr_result(&r.tp, Err(code));
-                }
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(RETRY_BACKOFF) => {}
-                }
-                continue;
-            }
-        };
-        let mut answers = Vec::new();
-        for t in response.topics {
-            for p in t.partitions {
-                let tp = TopicPartition::new(&t.name, p.partition);
-                let result = match ErrorCode::from_wire(p.error_code) {
-                    ErrorCode::None => Ok(crate::partition::CommittedIsr {
-                        isr: p.isr,
-                        leader_epoch: p.leader_epoch,
-                        partition_epoch: p.partition_epoch,
-                    }),
-                    code => Err(code),
-                };
-                answers.push((tp, result));
-            }
-        }
-        let sent: Vec<TopicPartition> = batch.iter().map(|r| r.tp.clone()).collect();
-        for (tp, result) in isr::match_answers(&sent, answers) {
-            rm.on_isr_result(&tp, result);
-        }
     }
 }

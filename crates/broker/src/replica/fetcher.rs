@@ -24,11 +24,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::BrokerConfig;
-use crate::metadata_cache::MetadataCache;
+use crate::control::metadata_cache::MetadataCache;
 use crate::metrics::{BrokerMetrics, ThrottleSide};
 use crate::net::Network;
-use crate::partition::{Partition, TopicPartition};
-use crate::quota::ReplicationQuota;
+use crate::replica::partition::{Partition, TopicPartition};
+use crate::replica::quota::ReplicationQuota;
 use syncline_replication::follower::{
     retry_backoff, Effect, Event, FetchAnswer, FollowerState, LogPosition, TruncationCause,
 };
@@ -343,9 +343,9 @@ impl FetchSessionBuilder {
         } else if self.closing != 0 {
             // A full, sessionless fetch that also closes the abandoned session;
             // the one after it asks for a new session.
-            (self.closing, crate::fetch_session::FINAL_EPOCH)
+            (self.closing, crate::replica::fetch_session::FINAL_EPOCH)
         } else {
-            (0, crate::fetch_session::INITIAL_EPOCH)
+            (0, crate::replica::fetch_session::INITIAL_EPOCH)
         };
         (id, epoch, topics, forgotten)
     }
@@ -414,7 +414,7 @@ struct Round {
     tp: TopicPartition,
     partition: Arc<Partition>,
     leader_epoch: i32,
-    /// This broker's replication of the partition is throttled ([`crate::quota`]).
+    /// This broker's replication of the partition is throttled ([`crate::replica::quota`]).
     throttled: bool,
 }
 
@@ -907,7 +907,7 @@ impl FetcherTask {
         let wait = fetch_wait(configured, idle, min_lag);
         let wanted = fetches.iter().map(|(r, p)| (r.tp.clone(), *p)).collect();
         let (session_id, session_epoch, topics, forgotten) = self.session.build(wanted);
-        let incremental = session_epoch > crate::fetch_session::INITIAL_EPOCH;
+        let incremental = session_epoch > crate::replica::fetch_session::INITIAL_EPOCH;
         let req = pb::FetchRequest {
             replica_id: config.node_id,
             replica_epoch: self.manager.broker_epoch.load(Ordering::Acquire),
@@ -1169,19 +1169,29 @@ mod tests {
         // The next fetch is full, sessionless, and closes session 42.
         let (id, epoch, topics, forgotten) =
             b.build([p(0, 5), p(1, 7), p(2, 0)].into_iter().collect());
-        assert_eq!((id, epoch), (42, crate::fetch_session::FINAL_EPOCH));
+        assert_eq!(
+            (id, epoch),
+            (42, crate::replica::fetch_session::FINAL_EPOCH)
+        );
         assert_eq!(sent_partitions(&topics), vec![(0, 5), (1, 7), (2, 0)]);
         assert!(forgotten.is_empty());
         // Given up again before its answer: still session 42 to close.
         b.abandon();
         let (id, epoch, _, _) = b.build([p(0, 5)].into_iter().collect());
-        assert_eq!((id, epoch), (42, crate::fetch_session::FINAL_EPOCH));
+        assert_eq!(
+            (id, epoch),
+            (42, crate::replica::fetch_session::FINAL_EPOCH)
+        );
         // Answered (sessionless: id 0): the next asks for a new session.
         b.on_response(0);
         let (id, epoch, topics, _) = b.build([p(0, 5)].into_iter().collect());
         assert_eq!(
             (id, epoch, sent_partitions(&topics)),
-            (0, crate::fetch_session::INITIAL_EPOCH, vec![(0, 5)])
+            (
+                0,
+                crate::replica::fetch_session::INITIAL_EPOCH,
+                vec![(0, 5)]
+            )
         );
         b.on_response(43);
         let (id, epoch, topics, _) = b.build([p(0, 5)].into_iter().collect());
@@ -1191,7 +1201,10 @@ mod tests {
         b.build([p(0, 5)].into_iter().collect());
         b.abandon();
         let (id, epoch, _, _) = b.build([p(0, 5)].into_iter().collect());
-        assert_eq!((id, epoch), (0, crate::fetch_session::INITIAL_EPOCH));
+        assert_eq!(
+            (id, epoch),
+            (0, crate::replica::fetch_session::INITIAL_EPOCH)
+        );
     }
 
     #[test]
@@ -1292,7 +1305,7 @@ mod throttle_tests {
         for index in [0, 1] {
             let tp = TopicPartition::new("t", index);
             let topic_config = TopicConfig::resolve(&config, "t", &HashMap::new());
-            let listener: crate::partition::IsrListener = Arc::new(|_, _, _| {});
+            let listener: crate::replica::partition::IsrListener = Arc::new(|_, _, _| {});
             let partition =
                 Partition::open(dir, tp.clone(), 0, 1, topic_config, listener).expect("partition");
             let machine = FollowerState::new(1, true, retry_backoff(1000));

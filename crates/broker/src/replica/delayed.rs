@@ -12,10 +12,10 @@ use syncline_proto::{pb, ErrorCode, TopicPartition};
 use syncline_purgatory::{Completion, DelayedOperation, OpHandle, Purgatory};
 use syncline_replication::fetch::{self, FetchBudget, FetchFrom, WaitingPartition};
 
-use crate::fetch_session::{FetchSessionCache, SessionContext};
 use crate::metrics::{BrokerMetrics, ThrottleSide};
-use crate::partition::{Partition, ProduceCheck};
-use crate::quota::ReplicationQuota;
+use crate::replica::fetch_session::{FetchSessionCache, SessionContext};
+use crate::replica::partition::{Partition, ProduceCheck};
+use crate::replica::quota::ReplicationQuota;
 use crate::responder::{Pending, Responder};
 use crate::send::FetchRegions;
 
@@ -87,7 +87,7 @@ pub(crate) struct FetchPartitionStatus {
     /// as soon as it moves.
     pub high_watermark_seen: i64,
     /// The leader's replication throttle, when this follower's replication of the
-    /// partition is throttled ([`crate::quota`]): while it is exceeded, the
+    /// partition is throttled ([`crate::replica::quota`]): while it is exceeded, the
     /// partition is answered without records and its bytes do not end the wait.
     pub throttle: Option<Arc<ReplicationQuota>>,
 }
