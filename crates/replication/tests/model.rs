@@ -42,13 +42,14 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use proptest::test_runner::{RngSeed, TestError, TestRunner};
-use syncline_proto::{ErrorCode, ACKS_ALL};
+use syncline_proto::ErrorCode;
 use syncline_replication::partition::core::EpochStart;
 use syncline_replication::partition::leader_state::ISR_RETRY_BACKOFF;
 use syncline_replication::partition::{
     AlterPartitionResult, Announcement, CommittedIsr, Effects, FetcherChange, FollowerFetch,
     IsrChangeKind, IsrProposal, PartitionCore, ProduceCheck, ReplicationConfig, RoleChange, Wake,
 };
+use syncline_replication::produce::Acks;
 use syncline_replication::PlantedBugs;
 
 /// The replica under test.
@@ -874,11 +875,11 @@ impl Harness {
             }
             _ => Ok(epoch),
         };
-        let acks = if acks_all { ACKS_ALL } else { 1 };
+        let acks = if acks_all { Acks::All } else { Acks::Leader };
         let got = self.core.check_leader_append(acks, client_epoch);
         ensure!(
             got == expected,
-            "check_leader_append(acks {acks}, epoch {client_epoch:?}) = {got:?}, expected {expected:?}"
+            "check_leader_append(acks {acks:?}, epoch {client_epoch:?}) = {got:?}, expected {expected:?}"
         );
         let Ok(append_epoch) = got else {
             return Ok(());
@@ -1387,8 +1388,8 @@ impl Harness {
                 );
                 let refused = Some(ErrorCode::NotLeaderOrFollower);
                 ensure!(
-                    c.check_leader_append(ACKS_ALL, None).err() == refused
-                        && c.check_leader_append(1, Some(epoch)).err() == refused,
+                    c.check_leader_append(Acks::All, None).err() == refused
+                        && c.check_leader_append(Acks::Leader, Some(epoch)).err() == refused,
                     "a non-leader accepts appends"
                 );
                 ensure!(
