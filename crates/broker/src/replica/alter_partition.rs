@@ -74,7 +74,7 @@ pub(crate) async fn run_alter_partition(
                     _ => ErrorCode::NetworkException,
                 };
                 for r in &batch {
-                    rm.on_isr_result(&r.tp, Err(code));
+                    rm.on_isr_result(&r.tp, &r.proposal, Err(code));
                 }
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
@@ -99,8 +99,9 @@ pub(crate) async fn run_alter_partition(
             }
         }
         let sent: Vec<TopicPartition> = batch.iter().map(|r| r.tp.clone()).collect();
-        for (tp, result) in isr::match_answers(&sent, answers) {
-            rm.on_isr_result(&tp, result);
+        // One result per request, in the order sent.
+        for (r, (tp, result)) in batch.iter().zip(isr::match_answers(&sent, answers)) {
+            rm.on_isr_result(&tp, &r.proposal, result);
         }
     }
 }

@@ -587,11 +587,11 @@ impl ReplicaManager {
             tp: tp.clone(),
             proposal,
         };
-        if self.isr_requests.send(request).is_err() {
-            // The AlterPartition sender is gone (shutting down): the proposal fails
-            // now, or it would stay pending and no ISR change could follow.
+        if let Err(mpsc::error::SendError(request)) = self.isr_requests.send(request) {
+            // The AlterPartition sender is gone (shutting down): the proposal
+            // stays undecided and is tried again after the pause.
             tracing::warn!(partition = %tp, "isr change not sent: the AlterPartition sender has stopped");
-            self.on_isr_result(tp, Err(ErrorCode::NetworkException));
+            self.on_isr_result(tp, &request.proposal, Err(ErrorCode::NetworkException));
         }
     }
 
@@ -606,7 +606,12 @@ impl ReplicaManager {
     }
 
     /// Applies the controller's answer to an AlterPartition.
-    pub(crate) fn on_isr_result(&self, tp: &TopicPartition, result: AlterPartitionResult) {
+    pub(crate) fn on_isr_result(
+        &self,
+        tp: &TopicPartition,
+        sent: &IsrProposal,
+        result: AlterPartitionResult,
+    ) {
         let Some(partition) = self.partition(&tp.topic, tp.partition) else {
             return;
         };
@@ -614,8 +619,11 @@ impl ReplicaManager {
             self.metrics.failed_isr_update();
             tracing::warn!(partition = %tp, error = %code, "isr update failed");
         }
-        let effects = partition.on_alter_partition_result(result, Instant::now());
+        let now = Instant::now();
+        let effects = partition.on_alter_partition_result(sent, result, now);
         self.execute(&partition, effects);
+        // An undecided proposal is sent again at its own time.
+        self.schedule_shrink_check(&partition, now);
     }
 
     /// The periodic ISR shrink check of the partitions this broker leads whose

@@ -225,7 +225,7 @@ pub struct LeaderHealth {
 
 #[derive(Debug, Clone)]
 enum Role {
-    Leader(LeaderState),
+    Leader(Box<LeaderState>),
     /// Following, offline, or not told yet: the high watermark is the follower's.
     NotLeader {
         high_watermark: i64,
@@ -635,11 +635,20 @@ impl PartitionCore {
         let effects = 'event: {
             let due = self.next_shrink_check.is_none_or(|t| now >= t);
             let leo = self.log_end_offset;
-            let Some(leader) = self.leader_mut().filter(|_| due) else {
+            let Some(leader) = self.leader_mut() else {
                 break 'event Effects::default();
             };
+            // An undecided proposal due again goes first (no other can be made
+            // while it is pending).
+            let resend = leader.due_resend(now);
+            if !due {
+                break 'event Effects {
+                    alter_partition: resend,
+                    ..Effects::default()
+                };
+            }
             let next = now + leader.lag_time_max() / 2;
-            let proposal = leader.maybe_shrink(now, leo);
+            let proposal = resend.or_else(|| leader.maybe_shrink(now, leo));
             self.next_shrink_check = Some(next);
             Effects {
                 alter_partition: proposal,
@@ -649,19 +658,27 @@ impl PartitionCore {
         self.checked(effects)
     }
 
-    /// When the leader's next ISR shrink check is due (`now` when at the next
-    /// tick); None when not leading, as no check is then due.
+    /// When the leader's next tick is due: its ISR shrink check, or sending an
+    /// undecided proposal again, whichever is first (`now` when at the next
+    /// tick); None when not leading, as nothing is then due.
     pub fn next_shrink_check(&self, now: Instant) -> Option<Instant> {
-        self.leader_state()?;
-        Some(self.next_shrink_check.unwrap_or(now))
+        let leader = self.leader_state()?;
+        let check = self.next_shrink_check.unwrap_or(now);
+        Some(leader.resend_at().map_or(check, |resend| resend.min(check)))
     }
 
-    /// The controller answered our AlterPartition. A commit under our leader epoch
-    /// is applied; a refusal (or a commit for another epoch) ends the proposal and
-    /// pauses the next one, and may let the high watermark advance (the maximal ISR
-    /// shrank back): then produces and fetches waiting on it are woken too.
+    /// The controller answered `sent`, our AlterPartition. A commit under our
+    /// leader epoch is applied (whichever proposal it answers: a committed ISR
+    /// newer than ours is the controller's truth). A refusal decides only the
+    /// proposal pending, never one an announcement overtook since: an
+    /// INELIGIBLE_REPLICA ends it (not applied, the committed ISR stands, the
+    /// next proposal waits a pause) and may let the high watermark advance
+    /// (the maximal ISR shrank back: produces and fetches waiting on it are
+    /// woken too); any other answer leaves it pending, sent again after the
+    /// pause, until an answer or an announcement decides it.
     pub fn on_alter_partition_result(
         &mut self,
+        sent: &IsrProposal,
         result: AlterPartitionResult,
         now: Instant,
     ) -> Effects {
@@ -680,13 +697,18 @@ impl PartitionCore {
                     }
                     effects.unwrap_or_default()
                 }
-                Ok(_) | Err(_) => {
+                _ if !leader.is_pending(sent) => Effects::default(),
+                Err(ErrorCode::IneligibleReplica) => {
                     if leader.on_isr_change_failed(leo, now) {
                         let hw = leader.high_watermark();
                         Effects::default().high_watermark(hw)
                     } else {
                         Effects::default()
                     }
+                }
+                Ok(_) | Err(_) => {
+                    leader.resend_later(now);
+                    Effects::default()
                 }
             }
         };
@@ -839,7 +861,7 @@ impl PartitionCore {
             },
             now,
         );
-        self.role = Role::Leader(leader);
+        self.role = Role::Leader(Box::new(leader));
         self.next_shrink_check = Some(now + self.config.lag_time_max / 2);
         Effects {
             role: RoleChange::BecameLeader,
@@ -1057,6 +1079,7 @@ impl PartitionCore {
 mod tests {
     //! Named after Kafka's PartitionTest / ReplicaManagerTest cases where one exists.
     use super::*;
+    use crate::partition::leader_state::ISR_RETRY_BACKOFF;
 
     const LAG: Duration = Duration::from_millis(10_000);
     const BROKER_EPOCH: i64 = 100;
@@ -1173,7 +1196,17 @@ mod tests {
             (
                 "on_alter_partition_result",
                 &leading,
-                Box::new(|c| c.on_alter_partition_result(Err(ErrorCode::FencedLeaderEpoch), now)),
+                Box::new(|c| {
+                    let sent = IsrProposal {
+                        kind: IsrChangeKind::Shrink,
+                        new_isr: vec![1],
+                        members: vec![(1, BROKER_EPOCH)],
+                        leader_epoch: 5,
+                        partition_epoch: 10,
+                        replicas: vec![],
+                    };
+                    c.on_alter_partition_result(&sent, Err(ErrorCode::FencedLeaderEpoch), now)
+                }),
             ),
             (
                 "on_leader_and_isr",
@@ -1555,6 +1588,7 @@ mod tests {
             .alter_partition
             .unwrap();
         let e = l.on_alter_partition_result(
+            &proposal,
             Ok(CommittedIsr {
                 // The controller may order it its own way.
                 isr: vec![3, 1, 2],
@@ -1583,13 +1617,13 @@ mod tests {
         let now = Instant::now();
         let mut l = leader(&[1, 2], 10, 10, 1, now);
         let _ = l.on_leader_append(20);
-        assert!(l
+        let sent = l
             .on_follower_fetch(now, &fetch(3, 10, 20, 5))
             .alter_partition
-            .is_some());
+            .unwrap();
         let e = l.on_follower_fetch(now, &fetch(2, 20, 20, 5));
         assert_eq!(e.high_watermark, None, "3 is in the maximal ISR");
-        let e = l.on_alter_partition_result(Err(ErrorCode::IneligibleReplica), now);
+        let e = l.on_alter_partition_result(&sent, Err(ErrorCode::IneligibleReplica), now);
         assert_eq!(e.high_watermark, Some(20));
         assert_eq!(e.wake, Wake::FetchesAndProduces);
         assert_eq!(e.isr_committed, None);
@@ -1610,11 +1644,91 @@ mod tests {
             (committed(5, 10), "not newer"),
         ] {
             let mut l = leader(&[1, 2], 10, 10, 1, now);
-            let _ = l.on_follower_fetch(now, &fetch(3, 10, 10, 5));
-            let e = l.on_alter_partition_result(result, now);
+            let sent = l
+                .on_follower_fetch(now, &fetch(3, 10, 10, 5))
+                .alter_partition
+                .unwrap();
+            let e = l.on_alter_partition_result(&sent, result, now);
             assert_eq!(e.isr_committed, None, "{why}");
             assert_eq!(l.leader_state().unwrap().isr(), &[1, 2], "{why}");
         }
+    }
+
+    /// Kafka's PartitionTest testAlterIsrInvalidVersion and
+    /// testAlterIsrUnexpectedError: an answer that does not say the change
+    /// was not applied (a lost answer to a committed expansion comes back as
+    /// INVALID_UPDATE_VERSION once resent, or as a network error) leaves the
+    /// expansion pending: the high watermark keeps waiting for the joining
+    /// follower, and the proposal is sent again after the pause until an
+    /// announcement decides it.
+    #[test]
+    fn an_undecided_answer_keeps_the_expansion_pending_and_sends_it_again() {
+        for code in [
+            ErrorCode::InvalidUpdateVersion,
+            ErrorCode::FencedLeaderEpoch,
+            ErrorCode::NetworkException,
+            ErrorCode::UnknownServerError,
+            ErrorCode::InvalidRequest,
+        ] {
+            let t0 = Instant::now();
+            let mut l = leader(&[1], 10, 10, 1, t0);
+            let sent = l
+                .on_follower_fetch(t0, &fetch(2, 10, 10, 5))
+                .alter_partition
+                .unwrap();
+            let e = l.on_alter_partition_result(&sent, Err(code), t0);
+            assert_eq!(e, Effects::default(), "{code:?}");
+            // 2 has 10: the HW may not pass it while 2 may be in the ISR.
+            assert_eq!(l.on_leader_append(20).high_watermark, None, "{code:?}");
+            let resend_at = t0 + ISR_RETRY_BACKOFF;
+            assert_eq!(l.next_shrink_check(t0), Some(resend_at), "{code:?}");
+            assert_eq!(l.on_tick(t0 + ms(1)).alter_partition, None, "{code:?}");
+            let again = l.on_tick(resend_at).alter_partition.expect("sent again");
+            assert!(again.same_change(&sent), "{code:?}");
+            // Committed after all, as the announcement says: 2 is in.
+            let _ = l.on_leader_and_isr(&announce(Some(1), 5, 11, &[1, 2]), config(1), 1, t0);
+            assert_eq!(l.leader_state().unwrap().isr(), &[1, 2], "{code:?}");
+            assert_eq!(l.leader_state().unwrap().pending(), None, "{code:?}");
+            assert_eq!(l.high_watermark(), 10, "{code:?}");
+        }
+    }
+
+    /// Kafka's Partition.submitAlterPartition ignores an answer to a state it
+    /// no longer proposes: a refusal of a proposal an announcement overtook
+    /// must not end the newer one (the HW would pass its joining follower).
+    #[test]
+    fn a_refusal_of_an_overtaken_proposal_decides_nothing() {
+        let now = Instant::now();
+        let mut l = leader(&[1, 3], 10, 10, 1, now);
+        let first = l
+            .on_follower_fetch(now, &fetch(2, 10, 10, 5))
+            .alter_partition
+            .unwrap();
+        // An announcement overtakes it (3 left the ISR): 2 is proposed again.
+        let _ = l.on_leader_and_isr(&announce(Some(1), 5, 11, &[1]), config(1), 1, now);
+        let second = l
+            .on_follower_fetch(now, &fetch(2, 10, 10, 5))
+            .alter_partition
+            .unwrap();
+        assert!(!second.same_change(&first));
+        let _ = l.on_leader_append(20);
+        for code in [
+            ErrorCode::InvalidUpdateVersion,
+            ErrorCode::IneligibleReplica,
+        ] {
+            let e = l.on_alter_partition_result(&first, Err(code), now);
+            assert_eq!(e, Effects::default(), "{code:?}");
+            let pending = l
+                .leader_state()
+                .unwrap()
+                .pending()
+                .map(|p| p.proposal.clone());
+            assert_eq!(pending, Some(second.clone()), "{code:?}");
+            assert_eq!(l.high_watermark(), 10, "{code:?}: 2 has only 10");
+        }
+        // Its own refusal ends it.
+        let e = l.on_alter_partition_result(&second, Err(ErrorCode::IneligibleReplica), now);
+        assert_eq!(e.high_watermark, Some(20));
     }
 
     #[test]

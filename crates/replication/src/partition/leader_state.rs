@@ -52,13 +52,20 @@ pub struct FollowerFetch {
     pub eligible: bool,
 }
 
-/// An ISR change proposed to the controller and not yet answered.
+/// An ISR change proposed to the controller and not yet decided: until it
+/// is (committed, refused as ineligible, or overtaken by an announcement),
+/// the high watermark counts its members too (the maximal ISR), since the
+/// controller may have committed it already.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingIsr {
     /// The proposed ISR.
     pub isr: Vec<i32>,
     /// Why (for the log line and the counters).
     pub change: IsrChangeKind,
+    /// The proposal as sent, sent again as is while undecided.
+    pub proposal: IsrProposal,
+    /// When to send it again: set when an answer left it undecided.
+    pub resend_at: Option<Instant>,
 }
 
 /// Direction of an ISR change.
@@ -108,6 +115,20 @@ impl IsrEvidence {
             since_caught_up: f.last_caught_up.map(|t| now.saturating_duration_since(t)),
             lag: f.lag(leader_leo),
         }
+    }
+}
+
+impl IsrProposal {
+    /// Whether `other` proposes the same change: the same ISR with the same
+    /// members' epochs, from the same leader and partition epochs (the
+    /// evidence may differ).
+    #[must_use]
+    pub fn same_change(&self, other: &IsrProposal) -> bool {
+        self.kind == other.kind
+            && self.new_isr == other.new_isr
+            && self.members == other.members
+            && self.leader_epoch == other.leader_epoch
+            && self.partition_epoch == other.partition_epoch
     }
 }
 
@@ -440,18 +461,21 @@ impl LeaderState {
                 }
             })
             .collect();
-        self.pending = Some(PendingIsr {
-            isr: new_isr.clone(),
-            change: kind,
-        });
-        IsrProposal {
+        let proposal = IsrProposal {
             kind,
-            new_isr,
+            new_isr: new_isr.clone(),
             members,
             leader_epoch: self.leader_epoch,
             partition_epoch: self.partition_epoch,
             replicas,
-        }
+        };
+        self.pending = Some(PendingIsr {
+            isr: new_isr,
+            change: kind,
+            proposal: proposal.clone(),
+            resend_at: None,
+        });
+        proposal
     }
 
     /// The controller committed an ISR (from an AlterPartition answer or a
@@ -506,13 +530,51 @@ impl LeaderState {
         self.on_isr_committed(isr, partition_epoch, leader_leo)
     }
 
-    /// The proposal failed; the leader proposes again after a pause, so a refused
-    /// change (e.g. a replica the controller deems ineligible) is not re-sent on
-    /// every fetch.
+    /// The proposal was refused and not applied (INELIGIBLE_REPLICA: the
+    /// controller says so, in the partition epoch the proposal names, and no
+    /// controller can apply it later): the ISR is the committed one again, and
+    /// the leader proposes again after a pause, so that a refused change is
+    /// not re-sent on every fetch. Returns whether the high watermark advanced.
     pub fn on_isr_change_failed(&mut self, leader_leo: i64, now: Instant) -> bool {
         self.pending = None;
         self.retry_after = Some(now + ISR_RETRY_BACKOFF);
         self.maybe_advance_high_watermark(leader_leo)
+    }
+
+    /// Whether `sent` is the proposal pending (an answer to an older one, which
+    /// an announcement overtook, decides nothing about this one).
+    #[must_use]
+    pub fn is_pending(&self, sent: &IsrProposal) -> bool {
+        self.pending
+            .as_ref()
+            .is_some_and(|p| p.proposal.same_change(sent))
+    }
+
+    /// The answer left the pending proposal undecided (a lost request, a
+    /// controller that moved, an epoch it knows newer than ours): it may have
+    /// been applied, so it stays pending, and is sent again after a pause
+    /// until an answer or an announcement decides it (Kafka's
+    /// `handleAlterPartitionError` resets only on INELIGIBLE_REPLICA).
+    pub fn resend_later(&mut self, now: Instant) {
+        if let Some(p) = &mut self.pending {
+            p.resend_at = Some(now + ISR_RETRY_BACKOFF);
+        }
+    }
+
+    /// When the undecided pending proposal is to be sent again.
+    #[must_use]
+    pub fn resend_at(&self) -> Option<Instant> {
+        self.pending.as_ref().and_then(|p| p.resend_at)
+    }
+
+    /// The pending proposal, when it is due to be sent again at `now`.
+    pub fn due_resend(&mut self, now: Instant) -> Option<IsrProposal> {
+        let p = self
+            .pending
+            .as_mut()
+            .filter(|p| p.resend_at.is_some_and(|t| now >= t))?;
+        p.resend_at = None;
+        Some(p.proposal.clone())
     }
 
     fn backing_off(&self, now: Instant) -> bool {

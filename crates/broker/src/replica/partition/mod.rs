@@ -36,12 +36,12 @@ use tokio::time::Instant;
 use crate::topic_config::TopicConfig;
 use syncline_replication::fetch::{self, FollowerRead, LogBounds, Reader};
 use syncline_replication::follower::LogPosition;
-use syncline_replication::partition::IsrChangeKind;
 pub use syncline_replication::partition::{
     AlterPartitionResult, Announcement, CommittedIsr, Effects, FetchReadiness, FetcherChange,
     FollowerFetch, LeaderHealth, ListedOffset, PartitionCore, ProduceCheck, ReplicationConfig,
     RoleChange, Wake,
 };
+use syncline_replication::partition::{IsrChangeKind, IsrProposal};
 pub use syncline_replication::produce::Acks;
 use syncline_replication::topic::{same_topic, TopicId};
 use syncline_replication::PlantedBugs;
@@ -666,10 +666,15 @@ impl Partition {
             .map(Instant::from_std)
     }
 
-    /// The controller answered our AlterPartition.
-    pub fn on_alter_partition_result(&self, result: AlterPartitionResult, now: Instant) -> Effects {
+    /// The controller answered `sent`, our AlterPartition.
+    pub fn on_alter_partition_result(
+        &self,
+        sent: &IsrProposal,
+        result: AlterPartitionResult,
+        now: Instant,
+    ) -> Effects {
         let mut core = self.core.lock();
-        let effects = core.on_alter_partition_result(result, now.into_std());
+        let effects = core.on_alter_partition_result(sent, result, now.into_std());
         self.execute(effects)
     }
 
