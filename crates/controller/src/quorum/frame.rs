@@ -1,9 +1,9 @@
 //! The quorum's files: CRC-32C frames and atomic replacement.
 //!
-//! A frame is `[u32 BE length][u32 BE CRC-32C of the payload][payload]`, as in
-//! `metadata.log`. A file replaced whole (vote, snapshot, a rewritten log) is written
-//! to a temporary name, fsynced, renamed over the old one, and the directory fsynced:
-//! after a crash either the old or the new file is there, never a mix.
+//! A frame is `[u32 BE length][u32 BE CRC-32C of the payload][payload]`. A file
+//! replaced whole (vote, snapshot, a rewritten log) is written to a temporary name,
+//! fsynced, renamed over the old one, and the directory fsynced: after a crash either
+//! the old or the new file is there, never a mix.
 
 use std::fs::{self, File};
 use std::io::{self, Write};
