@@ -71,10 +71,10 @@ pub fn read_topic_id(dir: &Path) -> Option<i64> {
 }
 
 fn write_topic_id(dir: &Path, topic_id: i64) -> std::io::Result<()> {
-    let tmp = dir.join(format!("{PARTITION_METADATA_FILE}.tmp"));
-    std::fs::write(&tmp, format!("version: 0\ntopic_id: {topic_id}\n"))?;
-    std::fs::File::open(&tmp)?.sync_all()?;
-    std::fs::rename(&tmp, dir.join(PARTITION_METADATA_FILE))
+    syncline_durable::write_atomic(
+        &dir.join(PARTITION_METADATA_FILE),
+        format!("version: 0\ntopic_id: {topic_id}\n").as_bytes(),
+    )
 }
 
 /// Deletes a moved-aside directory off the request path.
