@@ -841,7 +841,7 @@ pub async fn start_on(
         config.listeners.len()
     );
     let config = Arc::new(config);
-    std::fs::create_dir_all(&config.log_dir)
+    syncline_durable::create_dir_all(&config.log_dir)
         .with_context(|| format!("cannot create log dir {}", config.log_dir.display()))?;
     let lock_path = config.log_dir.join(".lock");
     let lock = std::fs::File::create(&lock_path)

@@ -8,6 +8,10 @@
 //! mix; a crash before the rename can leave the temporary file behind, which the
 //! next write of the same file replaces.
 //!
+//! A new, renamed or removed directory is not durable until the directory that
+//! holds it is synced: [`create_dir_all`] creates directories durably, and
+//! [`sync_parent`] follows a rename or a removal.
+//!
 //! One writer per file at a time: two concurrent writes of the same file share its
 //! temporary name. Callers serialize them (a lock, or one owner per file).
 
@@ -56,6 +60,32 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
         let _ = dir;
         Ok(())
     }
+}
+
+/// Makes `path`'s own entry durable: fsyncs the directory it is in, after `path`
+/// was created, renamed (both names, when they share the directory) or removed.
+pub fn sync_parent(path: &Path) -> io::Result<()> {
+    sync_dir(parent_dir(path))
+}
+
+/// Creates `dir` and its missing parents, as [`fs::create_dir_all`] does, and
+/// makes each new directory durable: fsyncs the directory it was created in.
+/// Nothing is synced when `dir` already exists.
+pub fn create_dir_all(dir: &Path) -> io::Result<()> {
+    let mut missing = Vec::new();
+    let mut next = Some(dir);
+    while let Some(d) = next.filter(|d| !d.as_os_str().is_empty()) {
+        if d.try_exists()? {
+            break;
+        }
+        missing.push(d);
+        next = d.parent();
+    }
+    fs::create_dir_all(dir)?;
+    for d in missing.iter().rev() {
+        sync_parent(d)?;
+    }
+    Ok(())
 }
 
 /// `mode`: the exact permissions of the new file (unix only); `None` for the
@@ -233,6 +263,45 @@ mod tests {
             sync_dir(&dir.path().join("missing")).unwrap_err().kind(),
             io::ErrorKind::NotFound
         );
+    }
+
+    #[test]
+    fn sync_parent_syncs_the_directory_a_path_is_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let moved = dir.path().join("orders-0.0123-delete");
+        fs::create_dir(&moved).unwrap();
+        sync_parent(&moved).unwrap();
+        // The entry itself need not exist (a removal), its directory must.
+        sync_parent(&dir.path().join("removed")).unwrap();
+        sync_parent(Path::new("in-the-current-directory")).unwrap();
+        #[cfg(unix)]
+        assert_eq!(
+            sync_parent(&dir.path().join("missing/x"))
+                .unwrap_err()
+                .kind(),
+            io::ErrorKind::NotFound
+        );
+    }
+
+    #[test]
+    fn create_dir_all_creates_every_missing_level_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = dir.path().join("logs/orders-0");
+        create_dir_all(&deep).unwrap();
+        assert!(deep.is_dir());
+        fs::write(deep.join("00000000000000000000.log"), b"").unwrap();
+        // Again: nothing to create, nothing removed.
+        create_dir_all(&deep).unwrap();
+        assert_eq!(names(&deep), ["00000000000000000000.log"]);
+        create_dir_all(&dir.path().join("logs/orders-1")).unwrap();
+        assert_eq!(names(&dir.path().join("logs")), ["orders-0", "orders-1"]);
+    }
+
+    #[test]
+    fn create_dir_all_under_a_file_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("file"), b"").unwrap();
+        create_dir_all(&dir.path().join("file/orders-0")).unwrap_err();
     }
 
     #[cfg(unix)]

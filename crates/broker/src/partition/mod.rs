@@ -56,6 +56,9 @@ pub fn move_aside(dir: &Path) -> std::io::Result<std::path::PathBuf> {
         rand::random::<u64>()
     ));
     std::fs::rename(dir, &doomed)?;
+    // Until the parent is synced a crash can undo the move, and the replica's
+    // directory would be back under its name.
+    syncline_durable::sync_parent(&doomed)?;
     Ok(doomed)
 }
 

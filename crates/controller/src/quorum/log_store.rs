@@ -74,7 +74,8 @@ struct LogInner {
 impl LogStore {
     /// Opens (creating) the log and vote under `dir`.
     pub(crate) fn open(dir: &Path) -> io::Result<LogStore> {
-        fs::create_dir_all(dir)?;
+        // The vote written in it must survive a crash: so must the directory.
+        syncline_durable::create_dir_all(dir)?;
         let state_path = dir.join(STATE_FILE);
         let state = match frame::read_single_frame(&state_path)? {
             Some(payload) => postcard::from_bytes::<HardState>(&payload)
