@@ -16,9 +16,9 @@
 //! renamed, so a crash never leaves half a file and brokers creating their own
 //! files at the same time never clash.
 
-use std::fs::{self, DirBuilder, File, OpenOptions, Permissions};
-use std::io::{self, Write as _};
-use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::fs::{self, DirBuilder};
+use std::io;
+use std::os::unix::fs::DirBuilderExt as _;
 use std::path::{Path, PathBuf};
 
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -384,9 +384,10 @@ fn write_verifier(dir: &Path, broker_id: i32, verifier: &Verifier) -> Result<(),
     )
 }
 
-/// Writes `dir/name` with `contents` and exactly `mode`: to a temporary file
-/// in `dir` (created with `mode`, so never more readable), fsynced, renamed
-/// over `name`, then the directory fsynced.
+/// Writes `dir/name` with `contents` and exactly `mode`
+/// ([`syncline_durable::write_atomic_with_mode`]: a temporary file in `dir`,
+/// created with `mode` so never more readable, fsynced, renamed over `name`, then
+/// the directory fsynced).
 fn write_atomically(
     dir: &Path,
     name: &str,
@@ -394,40 +395,20 @@ fn write_atomically(
     mode: u32,
 ) -> Result<(), CredentialError> {
     let path = dir.join(name);
-    let unique: u64 = rand::random();
-    let temp = dir.join(format!(".{name}.{}.{unique:016x}.tmp", std::process::id()));
-    let written = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&temp)?;
-        // The umask may have cleared bits of `mode` (0644 under umask 077).
-        file.set_permissions(Permissions::from_mode(mode))?;
-        file.write_all(contents)?;
-        file.sync_all()?;
-        drop(file);
-        fs::rename(&temp, &path)
-    })();
-    if let Err(source) = written {
-        let _ = fs::remove_file(&temp);
-        return Err(CredentialError::Io {
+    syncline_durable::write_atomic_with_mode(&path, contents, mode).map_err(|source| {
+        CredentialError::Io {
             action: "write",
             path,
             source,
-        });
-    }
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|source| CredentialError::Io {
-            action: "write",
-            path: dir.to_path_buf(),
-            source,
-        })
+        }
+    })
 }
 
 #[cfg(test)]
 mod tests {
+    use std::fs::Permissions;
+    use std::os::unix::fs::PermissionsExt as _;
+
     use super::*;
 
     fn mode(path: &Path) -> u32 {

@@ -94,11 +94,10 @@ impl Broker {
         *self.status.borrow()
     }
 
-    /// Dispatches one request. Data-plane requests are handled inline (see
-    /// `front`); the few that wait on the controller get a task.
+    /// Admits one request (its API and version, who may send it, the ACLs) and
+    /// dispatches it. Data-plane requests are handled inline (see `front`); the
+    /// few that wait on the controller get a task.
     pub(crate) fn handle(self: &Arc<Self>, request: pb::Request, responder: Responder) {
-        use pb::request::Body;
-        use pb::response::Body as Resp;
         let Some(body) = request.body else {
             responder.send_error(
                 ErrorCode::UnsupportedVersion,
@@ -144,40 +143,34 @@ impl Broker {
         } else {
             body
         };
+        let acl_checked = checked.then_some((principal, host));
+        self.dispatch(body, &request.client_id, acl_checked, responder);
+    }
+
+    /// Runs an admitted request. `acl_checked`: the principal and host the ACLs
+    /// apply to, if they do (a consumer's fetch is then filtered by them).
+    fn dispatch(
+        self: &Arc<Self>,
+        body: pb::request::Body,
+        client_id: &str,
+        acl_checked: Option<(crate::auth::Principal, String)>,
+        responder: Responder,
+    ) {
+        use pb::request::Body;
+        use pb::response::Body as Resp;
         match body {
             Body::Produce(r) => self.rm.handle_produce(r, responder),
             Body::Fetch(r) => {
-                let filter = (checked && r.replica_id < 0).then(|| {
-                    self.authorizer
-                        .fetch_filter(&principal, &host, self.metadata.acls())
-                });
+                let filter = acl_checked
+                    .filter(|_| r.replica_id < 0)
+                    .map(|(principal, host)| {
+                        self.authorizer
+                            .fetch_filter(&principal, &host, self.metadata.acls())
+                    });
                 self.rm.handle_fetch(r, responder, filter)
             }
             Body::ListOffsets(r) => responder.send(Resp::ListOffsets(self.rm.list_offsets(&r))),
-            Body::Metadata(r) => {
-                let listener = responder.connection().listener.clone();
-                let unknown =
-                    if r.allow_auto_topic_creation && self.config.auto_create_topics_enable {
-                        self.metadata.unknown_topics(&r.topics)
-                    } else {
-                        vec![]
-                    };
-                if unknown.is_empty() {
-                    responder.send(Resp::Metadata(self.metadata.metadata(&r.topics, &listener)));
-                    return;
-                }
-                let broker = self.clone();
-                tokio::spawn(async move {
-                    let failed = broker.auto_create_topics(unknown).await;
-                    let mut answer = broker.metadata.metadata(&r.topics, &listener);
-                    for t in &mut answer.topics {
-                        if let Some(&code) = failed.get(&t.name) {
-                            t.error_code = code;
-                        }
-                    }
-                    responder.send(Resp::Metadata(answer));
-                });
-            }
+            Body::Metadata(r) => self.metadata_request(r, responder),
             Body::DescribeConfigs(r) => {
                 let metadata = &self.metadata;
                 let own = |topic: &str| {
@@ -201,25 +194,15 @@ impl Broker {
             Body::OffsetsForLeaderEpoch(r) => responder.send(Resp::OffsetsForLeaderEpoch(
                 self.rm.offsets_for_leader_epoch(&r),
             )),
-            Body::LeaderAndIsr(r) => {
-                let answer = off_the_runtime(|| self.rm.apply_leader_and_isr(&r));
-                if r.security.is_some() {
-                    self.user_connections
-                        .close_removed(|user| self.metadata.user_exists(user));
-                }
-                self.groups
-                    .sync_leadership(&self.metadata.partition_ids(OFFSETS_TOPIC));
-                responder.send(Resp::LeaderAndIsr(answer))
-            }
-            Body::OffsetCommit(r) => self.offset_commit(r, &request.client_id, responder),
+            Body::LeaderAndIsr(r) => self.leader_and_isr(r, responder),
+            Body::OffsetCommit(r) => self.offset_commit(r, client_id, responder),
             body @ (Body::JoinGroup(_)
             | Body::SyncGroup(_)
             | Body::Heartbeat(_)
             | Body::LeaveGroup(_)
             | Body::OffsetFetch(_)) => {
                 let partitions = self.metadata.partition_ids(OFFSETS_TOPIC).len();
-                self.groups
-                    .submit(body, partitions, &request.client_id, responder)
+                self.groups.submit(body, partitions, client_id, responder)
             }
             Body::FindCoordinator(r) => {
                 let broker = self.clone();
@@ -247,37 +230,17 @@ impl Broker {
                 let broker = self.clone();
                 tokio::spawn(async move { broker.create_topics(r, responder).await });
             }
-            Body::DescribeQuorum(r) => self.forward(
-                Body::DescribeQuorum(pb::DescribeQuorumRequest { forwarded: true }),
-                r.forwarded,
-                responder,
-            ),
-            // Marked forwarded before it goes on, so that it goes on at most once.
-            Body::ElectLeaders(mut r) => {
-                let forwarded = std::mem::replace(&mut r.forwarded, true);
-                self.forward(Body::ElectLeaders(r), forwarded, responder)
-            }
-            Body::AlterTopic(mut r) => {
-                let forwarded = std::mem::replace(&mut r.forwarded, true);
-                self.forward(Body::AlterTopic(r), forwarded, responder)
-            }
-            Body::DeleteTopics(mut r) => {
-                let forwarded = std::mem::replace(&mut r.forwarded, true);
-                self.forward(Body::DeleteTopics(r), forwarded, responder)
-            }
+            // Answered by the active controller: here if this broker hosts it, else
+            // forwarded to it.
+            body @ (Body::DescribeQuorum(_)
+            | Body::ElectLeaders(_)
+            | Body::AlterTopic(_)
+            | Body::DeleteTopics(_)
+            | Body::AlterUserScramCredentials(_)
+            | Body::CreateAcls(_)
+            | Body::DeleteAcls(_)
+            | Body::AlterReassignments(_)) => self.forward(body, responder),
             // Users and ACLs: changed by the active controller, described from the cache.
-            Body::AlterUserScramCredentials(mut r) => {
-                let forwarded = std::mem::replace(&mut r.forwarded, true);
-                self.forward(Body::AlterUserScramCredentials(r), forwarded, responder)
-            }
-            Body::CreateAcls(mut r) => {
-                let forwarded = std::mem::replace(&mut r.forwarded, true);
-                self.forward(Body::CreateAcls(r), forwarded, responder)
-            }
-            Body::DeleteAcls(mut r) => {
-                let forwarded = std::mem::replace(&mut r.forwarded, true);
-                self.forward(Body::DeleteAcls(r), forwarded, responder)
-            }
             Body::DescribeUserScramCredentials(r) => {
                 responder.send(Resp::DescribeUserScramCredentials(
                     self.metadata.describe_user_scram_credentials(&r),
@@ -292,10 +255,6 @@ impl Broker {
                     let answer = broker.init_producer_id(&r).await;
                     responder.send(Resp::InitProducerId(answer));
                 });
-            }
-            Body::AlterReassignments(mut r) => {
-                let forwarded = std::mem::replace(&mut r.forwarded, true);
-                self.forward(Body::AlterReassignments(r), forwarded, responder)
             }
             Body::Raft(r) => {
                 let Some(controller) = self.controller.clone() else {
@@ -315,22 +274,65 @@ impl Broker {
             body @ (Body::AlterPartition(_)
             | Body::BrokerRegistration(_)
             | Body::BrokerHeartbeat(_)
-            | Body::AllocateProducerIds(_)) => {
-                let Some(controller) = self.controller.clone() else {
-                    responder.send(not_controller(&body));
-                    return;
-                };
-                tokio::spawn(async move {
-                    match controller.handle(body).await {
-                        Some(resp) => responder.send(resp),
-                        None => responder.send_error(
-                            ErrorCode::NotController,
-                            "the controller is shutting down",
-                        ),
-                    }
-                });
-            }
+            | Body::AllocateProducerIds(_)) => self.to_own_controller(body, responder),
         }
+    }
+
+    /// Metadata; unknown topics are created first when the request allows it and
+    /// `auto_create_topics_enable` is on.
+    fn metadata_request(self: &Arc<Self>, r: pb::MetadataRequest, responder: Responder) {
+        use pb::response::Body as Resp;
+        let listener = responder.connection().listener.clone();
+        let unknown = if r.allow_auto_topic_creation && self.config.auto_create_topics_enable {
+            self.metadata.unknown_topics(&r.topics)
+        } else {
+            vec![]
+        };
+        if unknown.is_empty() {
+            responder.send(Resp::Metadata(self.metadata.metadata(&r.topics, &listener)));
+            return;
+        }
+        let broker = self.clone();
+        tokio::spawn(async move {
+            let failed = broker.auto_create_topics(unknown).await;
+            let mut answer = broker.metadata.metadata(&r.topics, &listener);
+            for t in &mut answer.topics {
+                if let Some(&code) = failed.get(&t.name) {
+                    t.error_code = code;
+                }
+            }
+            responder.send(Resp::Metadata(answer));
+        });
+    }
+
+    /// LeaderAndIsr from the active controller: roles applied, connections of
+    /// removed users closed, group coordinators following the offsets topic's
+    /// leaders.
+    fn leader_and_isr(&self, r: pb::LeaderAndIsrRequest, responder: Responder) {
+        let answer = off_the_runtime(|| self.rm.apply_leader_and_isr(&r));
+        if r.security.is_some() {
+            self.user_connections
+                .close_removed(|user| self.metadata.user_exists(user));
+        }
+        self.groups
+            .sync_leadership(&self.metadata.partition_ids(OFFSETS_TOPIC));
+        responder.send(pb::response::Body::LeaderAndIsr(answer))
+    }
+
+    /// A controller request only this broker's own voter answers (from the
+    /// brokers: registration, heartbeats, AlterPartition, producer id blocks).
+    fn to_own_controller(self: &Arc<Self>, body: pb::request::Body, responder: Responder) {
+        let Some(controller) = self.controller.clone() else {
+            responder.send(not_controller(&body));
+            return;
+        };
+        tokio::spawn(async move {
+            match controller.handle(body).await {
+                Some(resp) => responder.send(resp),
+                None => responder
+                    .send_error(ErrorCode::NotController, "the controller is shutting down"),
+            }
+        });
     }
 
     /// InitProducerId: a new producer id (epoch 0) from this broker's block.
@@ -355,9 +357,19 @@ impl Broker {
         crate::producer_ids::init_response(id)
     }
 
-    /// Answers with the active controller's answer to `body` (marked forwarded
-    /// already), from a task of its own.
-    fn forward(self: &Arc<Self>, body: pb::request::Body, forwarded: bool, responder: Responder) {
+    /// Answers with the active controller's answer to `body`, from a task of its
+    /// own. `body` is marked forwarded before it goes on, so that it goes on at
+    /// most once (see [`forwarded_mark`]).
+    fn forward(self: &Arc<Self>, mut body: pb::request::Body, responder: Responder) {
+        let forwarded = match forwarded_mark(&mut body) {
+            Some(mark) => std::mem::replace(mark, true),
+            None => {
+                // Not one of forwarded_mark's requests: no broker forwards it, so
+                // none may take it for a fresh request.
+                debug_assert!(false, "a request without a forwarded mark: {body:?}");
+                true
+            }
+        };
         let broker = self.clone();
         tokio::spawn(async move {
             responder.send(broker.to_active_controller(body, forwarded).await);
@@ -712,6 +724,24 @@ impl Broker {
     }
 }
 
+/// The `forwarded` mark of a request that only the active controller answers
+/// and a broker forwards as it is: set by the broker that forwards it; `None`
+/// for every other request.
+fn forwarded_mark(body: &mut pb::request::Body) -> Option<&mut bool> {
+    use pb::request::Body;
+    match body {
+        Body::DescribeQuorum(r) => Some(&mut r.forwarded),
+        Body::ElectLeaders(r) => Some(&mut r.forwarded),
+        Body::AlterTopic(r) => Some(&mut r.forwarded),
+        Body::DeleteTopics(r) => Some(&mut r.forwarded),
+        Body::AlterUserScramCredentials(r) => Some(&mut r.forwarded),
+        Body::CreateAcls(r) => Some(&mut r.forwarded),
+        Body::DeleteAcls(r) => Some(&mut r.forwarded),
+        Body::AlterReassignments(r) => Some(&mut r.forwarded),
+        _ => None,
+    }
+}
+
 /// The typed refusal of a controller request sent to a broker that is not one.
 fn not_controller(body: &pb::request::Body) -> pb::response::Body {
     use pb::request::Body;
@@ -841,7 +871,7 @@ pub async fn start_on(
         config.listeners.len()
     );
     let config = Arc::new(config);
-    std::fs::create_dir_all(&config.log_dir)
+    syncline_durable::create_dir_all(&config.log_dir)
         .with_context(|| format!("cannot create log dir {}", config.log_dir.display()))?;
     let lock_path = config.log_dir.join(".lock");
     let lock = std::fs::File::create(&lock_path)
@@ -1159,5 +1189,39 @@ impl Dispatch for Broker {
 
     fn scrape_metrics(&self) -> String {
         Broker::scrape_metrics(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forwarded_marks_are_set_once() {
+        use pb::request::Body;
+        let mut forwarded = [
+            Body::DescribeQuorum(Default::default()),
+            Body::ElectLeaders(Default::default()),
+            Body::AlterTopic(Default::default()),
+            Body::DeleteTopics(Default::default()),
+            Body::AlterUserScramCredentials(Default::default()),
+            Body::CreateAcls(Default::default()),
+            Body::DeleteAcls(Default::default()),
+            Body::AlterReassignments(Default::default()),
+        ];
+        for body in &mut forwarded {
+            let mark = forwarded_mark(body).expect("a forwarded request has a mark");
+            assert!(!std::mem::replace(mark, true));
+            assert_eq!(forwarded_mark(body).copied(), Some(true));
+        }
+        // CreateTopics has a mark too, but is forwarded by create_topics, which
+        // waits for the new leaders.
+        for mut body in [
+            Body::Produce(Default::default()),
+            Body::CreateTopics(Default::default()),
+            Body::AlterPartition(Default::default()),
+        ] {
+            assert_eq!(forwarded_mark(&mut body), None);
+        }
     }
 }

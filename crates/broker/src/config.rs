@@ -847,310 +847,47 @@ impl BrokerConfig {
         Self::from_raw(raw)
     }
 
+    /// Validates `raw` one section at a time, in this order: of several invalid
+    /// values, the error names the first one found (keep the order when moving a
+    /// step).
     fn from_raw(raw: RawConfig) -> Result<BrokerConfig, ConfigError> {
         if raw.node_id < 0 {
             return Err(invalid("node_id", "must be 0 or more"));
         }
-        let mut listeners = listener_configs(
-            ("listeners", "advertised_listeners"),
-            raw.listeners.as_deref().unwrap_or("127.0.0.1:9092"),
-            raw.advertised_listeners.as_deref(),
-            false,
-        )?;
-        if let Some(kafka) = raw.kafka_listeners.as_deref() {
-            let kafka = listener_configs(
-                ("kafka_listeners", "kafka_advertised_listeners"),
-                &name_listeners(kafka, DEFAULT_KAFKA_LISTENER_NAME),
-                raw.kafka_advertised_listeners
-                    .as_deref()
-                    .map(|a| name_listeners(a, DEFAULT_KAFKA_LISTENER_NAME))
-                    .as_deref(),
-                true,
-            )?;
-            for l in kafka {
-                if listeners.iter().any(|o| o.name == l.name) {
-                    return Err(invalid(
-                        "kafka_listeners",
-                        format!("listener name `{}` is taken by `listeners`", l.name),
-                    ));
-                }
-                listeners.push(l);
-            }
-        } else if raw.kafka_advertised_listeners.is_some() {
-            return Err(invalid(
-                "kafka_advertised_listeners",
-                "needs kafka_listeners (it names their advertised addresses)",
-            ));
-        }
-        let inter_broker_listener_name = match raw.inter_broker_listener_name {
-            Some(name) if listeners.iter().any(|l| l.name == name && !l.kafka) => name,
-            Some(name) => {
-                return Err(invalid(
-                    "inter_broker_listener_name",
-                    format!("`{name}` is not one of `listeners`"),
-                ))
-            }
-            None => listeners[0].name.clone(),
-        };
-        let map = parse_security_protocol_map(raw.listener_security_protocol_map.as_deref())?;
-        for l in &mut listeners {
-            l.security_protocol = map
-                .iter()
-                .find(|(n, _)| *n == l.name)
-                .map(|(_, p)| *p)
-                .or_else(|| l.name.parse().ok())
-                .unwrap_or_default();
-        }
-        let ssl = ssl_config(
-            [
-                &raw.ssl_certificate_location,
-                &raw.ssl_key_location,
-                &raw.ssl_ca_location,
-                &raw.ssl_client_auth,
-                &raw.inter_broker_ssl_client_auth,
-            ],
-            &listeners,
-            &inter_broker_listener_name,
-        )?;
-        let sasl_enabled_mechanisms = sasl_mechanisms(raw.sasl_enabled_mechanisms.as_deref())?;
-        let authorizer = AuthorizerSettings {
-            enabled: raw.authorizer_enable.unwrap_or(false),
-            super_users: match raw.super_users.as_deref() {
-                Some(s) => syncline_auth::acl::parse_super_users(s)
-                    .map_err(|e| invalid("super_users", e.to_string()))?,
-                None => Vec::new(),
-            },
-            allow_everyone_if_no_acl_found: raw.allow_everyone_if_no_acl_found.unwrap_or(false),
-        };
-        let log_dirs = raw
-            .log_dirs
-            .unwrap_or_else(|| format!("data/broker-{}", raw.node_id));
-        if log_dirs.trim().is_empty() {
-            return Err(invalid("log_dirs", "must name a directory"));
-        }
-        if log_dirs.contains(',') {
-            return Err(invalid(
-                "log_dirs",
-                "only one log directory per broker is supported",
-            ));
-        }
-        let roles: Vec<&str> = raw
-            .process_roles
-            .as_deref()
-            .unwrap_or("broker")
-            .split(',')
-            .map(str::trim)
-            .filter(|r| !r.is_empty())
-            .collect();
-        for r in &roles {
-            if *r != "broker" && *r != "controller" {
-                return Err(invalid(
-                    "process_roles",
-                    format!("unknown role `{r}` (use \"broker\" or \"broker,controller\")"),
-                ));
-            }
-        }
-        if !roles.contains(&"broker") {
-            return Err(invalid(
-                "process_roles",
-                "must include \"broker\" (a controller-only process is not supported yet)",
-            ));
-        }
-        let is_controller = roles.contains(&"controller");
-        let voters = parse_voters(raw.controller_quorum_voters.as_deref().unwrap_or(""))?;
-        if voters.is_empty() {
-            return Err(invalid(
-                "controller_quorum_voters",
-                "must name the controller voters, e.g. \"1@127.0.0.1:9092,2@127.0.0.1:9093,3@127.0.0.1:9094\"",
-            ));
-        }
-        let listed = voters.iter().any(|v| v.node_id == raw.node_id);
-        if is_controller && !listed {
-            let ids: Vec<String> = voters.iter().map(|v| v.node_id.to_string()).collect();
-            return Err(invalid(
-                "controller_quorum_voters",
-                format!(
-                    "this node ({}) has the controller role but is not a voter ({})",
-                    raw.node_id,
-                    ids.join(", ")
-                ),
-            ));
-        }
-        if !is_controller && listed {
-            return Err(invalid(
-                "process_roles",
-                "this node is a controller voter but lacks the \"controller\" role",
-            ));
-        }
-        let metrics_listen = match raw.metrics_listen.as_deref() {
-            None | Some("") => None,
-            Some(s) => Some(HostPort::parse("metrics_listen", s)?),
-        };
-        let rack = raw.broker_rack.filter(|r| !r.is_empty());
-        let outgoing_bind_address = match raw.outgoing_bind_address.as_deref() {
-            None | Some("") => None,
-            Some(s) => Some(s.parse().map_err(|_| {
-                invalid(
-                    "outgoing_bind_address",
-                    format!("{s:?} is not an IP address (e.g. \"127.0.0.11\")"),
-                )
-            })?),
-        };
-
-        let group_min_session_timeout_ms = in_range(
-            "group_min_session_timeout_ms",
-            raw.group_min_session_timeout_ms,
-            6000,
+        let (listeners, inter_broker_listener_name) = listeners(&raw)?;
+        let (ssl, sasl_enabled_mechanisms, authorizer) =
+            security(&raw, &listeners, &inter_broker_listener_name)?;
+        let log_dir = log_dir(&raw)?;
+        let (is_controller, controller_quorum_voters) = controller_role(&raw)?;
+        let addresses = Addresses::from_raw(&raw)?;
+        let group_session_timeouts_ms = group_session_timeouts_ms(&raw)?;
+        let (num_partitions, default_replication_factor, min_insync_replicas) =
+            topic_defaults(&raw)?;
+        let (socket_request_max_bytes, message_max_bytes) = request_sizes(&raw)?;
+        let (replica_lag_time_max_ms, replica_fetch_wait_max_ms) = replica_lag(&raw)?;
+        let (broker_session_timeout_ms, broker_heartbeat_interval_ms) = broker_session(&raw)?;
+        let quorum = QuorumTimings::from_raw(&raw)?;
+        let broker_credentials_dir = broker_credentials_dir(&raw, &log_dir)?;
+        let queued_max_requests = in_range(
+            "queued_max_requests",
+            raw.queued_max_requests,
+            500,
             1,
-            i32::MAX as i64,
-        )?;
-        let group_max_session_timeout_ms = in_range(
-            "group_max_session_timeout_ms",
-            raw.group_max_session_timeout_ms,
-            1_800_000,
-            1,
-            i32::MAX as i64,
-        )?;
-        if group_max_session_timeout_ms < group_min_session_timeout_ms {
-            return Err(invalid(
-                "group_max_session_timeout_ms",
-                format!(
-                    "{group_max_session_timeout_ms} is below group_min_session_timeout_ms \
-                     ({group_min_session_timeout_ms})"
-                ),
-            ));
-        }
-        let num_partitions = in_range(
-            "num_partitions",
-            raw.num_partitions.map(i64::from),
-            1,
-            1,
-            100_000,
-        )? as i32;
-        let default_replication_factor = in_range(
-            "default_replication_factor",
-            raw.default_replication_factor.map(i64::from),
-            1,
-            1,
-            i16::MAX as i64,
-        )? as i32;
-        let min_insync_replicas = in_range(
-            "min_insync_replicas",
-            raw.min_insync_replicas.map(i64::from),
-            1,
-            1,
-            i16::MAX as i64,
-        )? as i32;
-        let socket_request_max_bytes = in_range(
-            "socket_request_max_bytes",
-            raw.socket_request_max_bytes,
-            104_857_600,
+            1_000_000,
+        )? as usize;
+        let log = LogSettings::from_raw(&raw)?;
+        let fetching = ReplicaFetching::from_raw(&raw)?;
+        let leadership = Leadership::from_raw(&raw)?;
+        let scram_bootstrap_file = scram_bootstrap_file(&raw)?;
+        let (max_connections, max_connections_per_ip) = connection_limits(&raw)?;
+        let groups = groups(&raw, group_session_timeouts_ms)?;
+        let fetch_max_bytes = in_range(
+            "fetch_max_bytes",
+            raw.fetch_max_bytes,
+            57_671_680,
             1024,
             i32::MAX as i64,
         )? as usize;
-        let message_max_bytes = in_range(
-            "message_max_bytes",
-            raw.message_max_bytes,
-            1_048_588,
-            64,
-            i32::MAX as i64,
-        )? as usize;
-        if message_max_bytes >= socket_request_max_bytes {
-            return Err(invalid(
-                "message_max_bytes",
-                "must be smaller than socket_request_max_bytes",
-            ));
-        }
-        let replica_lag_time_max_ms = in_range(
-            "replica_lag_time_max_ms",
-            raw.replica_lag_time_max_ms,
-            30_000,
-            1,
-            i32::MAX as i64,
-        )? as u64;
-        let replica_fetch_wait_max_ms = in_range(
-            "replica_fetch_wait_max_ms",
-            raw.replica_fetch_wait_max_ms,
-            500,
-            0,
-            i32::MAX as i64,
-        )? as u64;
-        if replica_fetch_wait_max_ms >= replica_lag_time_max_ms {
-            // As Kafka: otherwise an idle follower looks out of sync.
-            return Err(invalid(
-                "replica_fetch_wait_max_ms",
-                format!(
-                    "{replica_fetch_wait_max_ms} must be smaller than replica_lag_time_max_ms \
-                     ({replica_lag_time_max_ms}), or idle followers leave the ISR"
-                ),
-            ));
-        }
-        let broker_session_timeout_ms = in_range(
-            "broker_session_timeout_ms",
-            raw.broker_session_timeout_ms,
-            9_000,
-            1,
-            i32::MAX as i64,
-        )? as u64;
-        let broker_heartbeat_interval_ms = in_range(
-            "broker_heartbeat_interval_ms",
-            raw.broker_heartbeat_interval_ms,
-            2_000,
-            1,
-            i32::MAX as i64,
-        )? as u64;
-        if broker_heartbeat_interval_ms >= broker_session_timeout_ms {
-            return Err(invalid(
-                "broker_heartbeat_interval_ms",
-                "must be smaller than broker_session_timeout_ms",
-            ));
-        }
-        let controller_quorum_election_timeout_ms = in_range(
-            "controller_quorum_election_timeout_ms",
-            raw.controller_quorum_election_timeout_ms,
-            1_000,
-            50,
-            600_000,
-        )? as u64;
-        let controller_quorum_request_timeout_ms = in_range(
-            "controller_quorum_request_timeout_ms",
-            raw.controller_quorum_request_timeout_ms,
-            2_000,
-            10,
-            600_000,
-        )? as u64;
-        let controller_quorum_commit_timeout_ms = in_range(
-            "controller_quorum_commit_timeout_ms",
-            raw.controller_quorum_commit_timeout_ms,
-            5_000,
-            10,
-            600_000,
-        )? as u64;
-        let controller_socket_timeout_ms = in_range(
-            "controller_socket_timeout_ms",
-            raw.controller_socket_timeout_ms,
-            10_000,
-            10,
-            600_000,
-        )? as u64;
-        let metadata_snapshot_max_new_records = in_range(
-            "metadata_snapshot_max_new_records",
-            raw.metadata_snapshot_max_new_records,
-            1_000,
-            1,
-            i32::MAX as i64,
-        )? as u64;
-
-        let log_dir = PathBuf::from(log_dirs.trim());
-        let broker_credentials_dir = match raw.broker_credentials_dir.as_deref().map(str::trim) {
-            Some("") => return Err(invalid("broker_credentials_dir", "must not be empty")),
-            Some(dir) => PathBuf::from(dir),
-            None => log_dir
-                .parent()
-                .filter(|p| !p.as_os_str().is_empty())
-                .unwrap_or(Path::new("."))
-                .join("credentials"),
-        };
         Ok(BrokerConfig {
             node_id: raw.node_id,
             cluster_id: raw.cluster_id.unwrap_or_else(|| "syncline".to_string()),
@@ -1158,236 +895,62 @@ impl BrokerConfig {
             inter_broker_listener_name,
             log_dir,
             is_controller,
-            controller_quorum_voters: voters,
-            controller_quorum_election_timeout_ms,
-            controller_quorum_request_timeout_ms,
-            controller_quorum_commit_timeout_ms,
-            controller_socket_timeout_ms,
-            metadata_snapshot_max_new_records,
-            broker_rack: rack,
-            metrics_listen,
-            outgoing_bind_address,
+            controller_quorum_voters,
+            controller_quorum_election_timeout_ms: quorum.election_timeout_ms,
+            controller_quorum_request_timeout_ms: quorum.request_timeout_ms,
+            controller_quorum_commit_timeout_ms: quorum.commit_timeout_ms,
+            controller_socket_timeout_ms: quorum.socket_timeout_ms,
+            metadata_snapshot_max_new_records: quorum.snapshot_max_new_records,
+            broker_rack: addresses.broker_rack,
+            metrics_listen: addresses.metrics_listen,
+            outgoing_bind_address: addresses.outgoing_bind_address,
             num_partitions,
             default_replication_factor,
             min_insync_replicas,
             message_max_bytes,
             socket_request_max_bytes,
-            queued_max_requests: in_range(
-                "queued_max_requests",
-                raw.queued_max_requests,
-                500,
-                1,
-                1_000_000,
-            )? as usize,
-            segment_bytes: in_range(
-                "segment_bytes",
-                raw.segment_bytes,
-                1_073_741_824,
-                1024,
-                i32::MAX as i64,
-            )? as u64,
-            segment_ms: match raw.segment_ms {
-                None => Some(604_800_000),
-                Some(-1) => None,
-                Some(v) if v >= 1 => Some(v as u64),
-                Some(v) => {
-                    return Err(invalid(
-                        "segment_ms",
-                        format!("{v} must be -1 or at least 1"),
-                    ))
-                }
-            },
-            retention_ms: in_range("retention_ms", raw.retention_ms, 604_800_000, -1, i64::MAX)?,
-            retention_bytes: in_range("retention_bytes", raw.retention_bytes, -1, -1, i64::MAX)?,
-            retention_check_interval_ms: in_range(
-                "retention_check_interval_ms",
-                raw.retention_check_interval_ms,
-                300_000,
-                1,
-                i64::MAX,
-            )? as u64,
-            producer_id_expiration_ms: in_range(
-                "producer_id_expiration_ms",
-                raw.producer_id_expiration_ms,
-                86_400_000,
-                1,
-                i64::MAX,
-            )?,
-            flush_messages: never_or_positive("flush_messages", raw.flush_messages)?,
-            flush_ms: never_or_positive("flush_ms", raw.flush_ms)?,
+            queued_max_requests,
+            segment_bytes: log.segment_bytes,
+            segment_ms: log.segment_ms,
+            retention_ms: log.retention_ms,
+            retention_bytes: log.retention_bytes,
+            retention_check_interval_ms: log.retention_check_interval_ms,
+            producer_id_expiration_ms: log.producer_id_expiration_ms,
+            flush_messages: log.flush_messages,
+            flush_ms: log.flush_ms,
             replica_lag_time_max_ms,
             replica_fetch_wait_max_ms,
-            replica_fetch_min_bytes: in_range(
-                "replica_fetch_min_bytes",
-                raw.replica_fetch_min_bytes,
-                1,
-                1,
-                i32::MAX as i64,
-            )? as u32,
-            replica_fetch_max_bytes: in_range(
-                "replica_fetch_max_bytes",
-                raw.replica_fetch_max_bytes,
-                1_048_576,
-                1024,
-                i32::MAX as i64,
-            )? as u32,
-            replica_fetch_response_max_bytes: in_range(
-                "replica_fetch_response_max_bytes",
-                raw.replica_fetch_response_max_bytes,
-                10_485_760,
-                1024,
-                i32::MAX as i64,
-            )? as u32,
-            replica_fetch_backoff_ms: in_range(
-                "replica_fetch_backoff_ms",
-                raw.replica_fetch_backoff_ms,
-                1_000,
-                0,
-                i32::MAX as i64,
-            )? as u64,
-            replica_selector: match raw.replica_selector.as_deref() {
-                None | Some("leader") => ReplicaSelector::Leader,
-                Some("rack_aware") => ReplicaSelector::RackAware,
-                Some(other) => {
-                    return Err(invalid(
-                        "replica_selector",
-                        format!("`{other}` is not \"leader\" or \"rack_aware\""),
-                    ))
-                }
-            },
-            max_incremental_fetch_session_cache_slots: in_range(
-                "max_incremental_fetch_session_cache_slots",
-                raw.max_incremental_fetch_session_cache_slots,
-                1000,
-                0,
-                1_000_000,
-            )? as usize,
-            num_replica_fetchers: in_range(
-                "num_replica_fetchers",
-                raw.num_replica_fetchers,
-                1,
-                1,
-                64,
-            )? as usize,
-            leader_replication_throttled_rate: throttled_rate(
-                "leader_replication_throttled_rate",
-                raw.leader_replication_throttled_rate,
-            )?,
-            follower_replication_throttled_rate: throttled_rate(
-                "follower_replication_throttled_rate",
-                raw.follower_replication_throttled_rate,
-            )?,
-            replica_high_watermark_checkpoint_interval_ms: in_range(
-                "replica_high_watermark_checkpoint_interval_ms",
-                raw.replica_high_watermark_checkpoint_interval_ms,
-                5_000,
-                1,
-                i32::MAX as i64,
-            )? as u64,
+            replica_fetch_min_bytes: fetching.min_bytes,
+            replica_fetch_max_bytes: fetching.max_bytes,
+            replica_fetch_response_max_bytes: fetching.response_max_bytes,
+            replica_fetch_backoff_ms: fetching.backoff_ms,
+            replica_selector: fetching.selector,
+            max_incremental_fetch_session_cache_slots: fetching.session_cache_slots,
+            num_replica_fetchers: fetching.num_fetchers,
+            leader_replication_throttled_rate: fetching.leader_throttled_rate,
+            follower_replication_throttled_rate: fetching.follower_throttled_rate,
+            replica_high_watermark_checkpoint_interval_ms: fetching
+                .high_watermark_checkpoint_interval_ms,
             unclean_leader_election_enable: raw.unclean_leader_election_enable.unwrap_or(false),
             broker_session_timeout_ms,
             broker_heartbeat_interval_ms,
             controlled_shutdown_enable: raw.controlled_shutdown_enable.unwrap_or(true),
-            controlled_shutdown_timeout_ms: in_range(
-                "controlled_shutdown_timeout_ms",
-                raw.controlled_shutdown_timeout_ms,
-                30_000,
-                0,
-                i32::MAX as i64,
-            )? as u64,
+            controlled_shutdown_timeout_ms: leadership.controlled_shutdown_timeout_ms,
             auto_leader_rebalance_enable: raw.auto_leader_rebalance_enable.unwrap_or(true),
-            leader_imbalance_check_interval_seconds: in_range(
-                "leader_imbalance_check_interval_seconds",
-                raw.leader_imbalance_check_interval_seconds,
-                300,
-                1,
-                i32::MAX as i64,
-            )? as u64,
-            leader_imbalance_per_broker_percentage: in_range(
-                "leader_imbalance_per_broker_percentage",
-                raw.leader_imbalance_per_broker_percentage,
-                10,
-                0,
-                100,
-            )? as u32,
+            leader_imbalance_check_interval_seconds: leadership.imbalance_check_interval_seconds,
+            leader_imbalance_per_broker_percentage: leadership.imbalance_per_broker_percentage,
             #[cfg(feature = "legacy-truncation")]
             truncation_rule: TruncationRule::LeaderEpoch,
             broker_credentials_dir,
-            scram_bootstrap_file: match raw.scram_bootstrap_file.as_deref().map(str::trim) {
-                Some("") => return Err(invalid("scram_bootstrap_file", "must not be empty")),
-                path => path.map(PathBuf::from),
-            },
+            scram_bootstrap_file,
             ssl,
             sasl_enabled_mechanisms,
             authorizer,
-            max_connections: in_range(
-                "max_connections",
-                raw.max_connections,
-                10_000,
-                1,
-                i32::MAX as i64,
-            )? as usize,
-            max_connections_per_ip: in_range(
-                "max_connections_per_ip",
-                raw.max_connections_per_ip,
-                i32::MAX as i64,
-                1,
-                i32::MAX as i64,
-            )? as usize,
+            max_connections,
+            max_connections_per_ip,
             auto_create_topics_enable: raw.auto_create_topics_enable.unwrap_or(true),
-            groups: GroupsConfig {
-                offsets_topic_num_partitions: in_range(
-                    "offsets_topic_num_partitions",
-                    raw.offsets_topic_num_partitions,
-                    50,
-                    1,
-                    10_000,
-                )? as i32,
-                offsets_topic_replication_factor: in_range(
-                    "offsets_topic_replication_factor",
-                    raw.offsets_topic_replication_factor,
-                    3,
-                    1,
-                    i16::MAX as i64,
-                )? as i32,
-                offsets_retention_minutes: in_range(
-                    "offsets_retention_minutes",
-                    raw.offsets_retention_minutes,
-                    10_080,
-                    1,
-                    i32::MAX as i64,
-                )?,
-                offset_metadata_max_bytes: in_range(
-                    "offset_metadata_max_bytes",
-                    raw.offset_metadata_max_bytes,
-                    4096,
-                    0,
-                    i32::MAX as i64,
-                )? as usize,
-                group_min_session_timeout_ms: group_min_session_timeout_ms as i32,
-                group_max_session_timeout_ms: group_max_session_timeout_ms as i32,
-                group_initial_rebalance_delay_ms: in_range(
-                    "group_initial_rebalance_delay_ms",
-                    raw.group_initial_rebalance_delay_ms,
-                    3000,
-                    0,
-                    i32::MAX as i64,
-                )? as i32,
-                group_max_size: in_range(
-                    "group_max_size",
-                    raw.group_max_size,
-                    i32::MAX as i64,
-                    1,
-                    i32::MAX as i64,
-                )? as usize,
-            },
-            fetch_max_bytes: in_range(
-                "fetch_max_bytes",
-                raw.fetch_max_bytes,
-                57_671_680,
-                1024,
-                i32::MAX as i64,
-            )? as usize,
+            groups,
+            fetch_max_bytes,
             #[cfg(feature = "unauthenticated-internal-apis")]
             unauthenticated_internal_apis: false,
         })
@@ -1434,6 +997,656 @@ impl BrokerConfig {
             .iter()
             .find(|v| v.node_id == node_id)
     }
+}
+
+// The steps of `BrokerConfig::from_raw`, in the order it runs them.
+
+/// `listeners`, `kafka_listeners` (with their advertised addresses), each one's
+/// security protocol, and the inter-broker listener's name.
+fn listeners(raw: &RawConfig) -> Result<(Vec<ListenerConfig>, String), ConfigError> {
+    let mut listeners = listener_configs(
+        ("listeners", "advertised_listeners"),
+        raw.listeners.as_deref().unwrap_or("127.0.0.1:9092"),
+        raw.advertised_listeners.as_deref(),
+        false,
+    )?;
+    if let Some(kafka) = raw.kafka_listeners.as_deref() {
+        let kafka = listener_configs(
+            ("kafka_listeners", "kafka_advertised_listeners"),
+            &name_listeners(kafka, DEFAULT_KAFKA_LISTENER_NAME),
+            raw.kafka_advertised_listeners
+                .as_deref()
+                .map(|a| name_listeners(a, DEFAULT_KAFKA_LISTENER_NAME))
+                .as_deref(),
+            true,
+        )?;
+        for l in kafka {
+            if listeners.iter().any(|o| o.name == l.name) {
+                return Err(invalid(
+                    "kafka_listeners",
+                    format!("listener name `{}` is taken by `listeners`", l.name),
+                ));
+            }
+            listeners.push(l);
+        }
+    } else if raw.kafka_advertised_listeners.is_some() {
+        return Err(invalid(
+            "kafka_advertised_listeners",
+            "needs kafka_listeners (it names their advertised addresses)",
+        ));
+    }
+    let inter_broker_listener_name = match &raw.inter_broker_listener_name {
+        Some(name) if listeners.iter().any(|l| l.name == *name && !l.kafka) => name.clone(),
+        Some(name) => {
+            return Err(invalid(
+                "inter_broker_listener_name",
+                format!("`{name}` is not one of `listeners`"),
+            ))
+        }
+        None => listeners[0].name.clone(),
+    };
+    let map = parse_security_protocol_map(raw.listener_security_protocol_map.as_deref())?;
+    for l in &mut listeners {
+        l.security_protocol = map
+            .iter()
+            .find(|(n, _)| *n == l.name)
+            .map(|(_, p)| *p)
+            .or_else(|| l.name.parse().ok())
+            .unwrap_or_default();
+    }
+    Ok((listeners, inter_broker_listener_name))
+}
+
+/// TLS, the SASL mechanisms and the authorizer.
+fn security(
+    raw: &RawConfig,
+    listeners: &[ListenerConfig],
+    inter_broker_listener_name: &str,
+) -> Result<(Option<SslConfig>, Vec<String>, AuthorizerSettings), ConfigError> {
+    let ssl = ssl_config(
+        [
+            &raw.ssl_certificate_location,
+            &raw.ssl_key_location,
+            &raw.ssl_ca_location,
+            &raw.ssl_client_auth,
+            &raw.inter_broker_ssl_client_auth,
+        ],
+        listeners,
+        inter_broker_listener_name,
+    )?;
+    let sasl_enabled_mechanisms = sasl_mechanisms(raw.sasl_enabled_mechanisms.as_deref())?;
+    let authorizer = AuthorizerSettings {
+        enabled: raw.authorizer_enable.unwrap_or(false),
+        super_users: match raw.super_users.as_deref() {
+            Some(s) => syncline_auth::acl::parse_super_users(s)
+                .map_err(|e| invalid("super_users", e.to_string()))?,
+            None => Vec::new(),
+        },
+        allow_everyone_if_no_acl_found: raw.allow_everyone_if_no_acl_found.unwrap_or(false),
+    };
+    Ok((ssl, sasl_enabled_mechanisms, authorizer))
+}
+
+/// `log_dirs`: one directory.
+fn log_dir(raw: &RawConfig) -> Result<PathBuf, ConfigError> {
+    let log_dirs = raw
+        .log_dirs
+        .clone()
+        .unwrap_or_else(|| format!("data/broker-{}", raw.node_id));
+    if log_dirs.trim().is_empty() {
+        return Err(invalid("log_dirs", "must name a directory"));
+    }
+    if log_dirs.contains(',') {
+        return Err(invalid(
+            "log_dirs",
+            "only one log directory per broker is supported",
+        ));
+    }
+    Ok(PathBuf::from(log_dirs.trim()))
+}
+
+/// `process_roles` and `controller_quorum_voters`: whether this node is a
+/// controller voter (it must be one of the voters exactly then), and the voters.
+fn controller_role(raw: &RawConfig) -> Result<(bool, Vec<Voter>), ConfigError> {
+    let roles: Vec<&str> = raw
+        .process_roles
+        .as_deref()
+        .unwrap_or("broker")
+        .split(',')
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .collect();
+    for r in &roles {
+        if *r != "broker" && *r != "controller" {
+            return Err(invalid(
+                "process_roles",
+                format!("unknown role `{r}` (use \"broker\" or \"broker,controller\")"),
+            ));
+        }
+    }
+    if !roles.contains(&"broker") {
+        return Err(invalid(
+            "process_roles",
+            "must include \"broker\" (a controller-only process is not supported yet)",
+        ));
+    }
+    let is_controller = roles.contains(&"controller");
+    let voters = parse_voters(raw.controller_quorum_voters.as_deref().unwrap_or(""))?;
+    if voters.is_empty() {
+        return Err(invalid(
+            "controller_quorum_voters",
+            "must name the controller voters, e.g. \"1@127.0.0.1:9092,2@127.0.0.1:9093,3@127.0.0.1:9094\"",
+        ));
+    }
+    let listed = voters.iter().any(|v| v.node_id == raw.node_id);
+    if is_controller && !listed {
+        let ids: Vec<String> = voters.iter().map(|v| v.node_id.to_string()).collect();
+        return Err(invalid(
+            "controller_quorum_voters",
+            format!(
+                "this node ({}) has the controller role but is not a voter ({})",
+                raw.node_id,
+                ids.join(", ")
+            ),
+        ));
+    }
+    if !is_controller && listed {
+        return Err(invalid(
+            "process_roles",
+            "this node is a controller voter but lacks the \"controller\" role",
+        ));
+    }
+    Ok((is_controller, voters))
+}
+
+/// Where this broker is, for others: `metrics_listen`, `broker_rack`,
+/// `outgoing_bind_address`.
+struct Addresses {
+    metrics_listen: Option<HostPort>,
+    broker_rack: Option<String>,
+    outgoing_bind_address: Option<std::net::IpAddr>,
+}
+
+impl Addresses {
+    fn from_raw(raw: &RawConfig) -> Result<Addresses, ConfigError> {
+        let metrics_listen = match raw.metrics_listen.as_deref() {
+            None | Some("") => None,
+            Some(s) => Some(HostPort::parse("metrics_listen", s)?),
+        };
+        let broker_rack = raw.broker_rack.clone().filter(|r| !r.is_empty());
+        let outgoing_bind_address = match raw.outgoing_bind_address.as_deref() {
+            None | Some("") => None,
+            Some(s) => Some(s.parse().map_err(|_| {
+                invalid(
+                    "outgoing_bind_address",
+                    format!("{s:?} is not an IP address (e.g. \"127.0.0.11\")"),
+                )
+            })?),
+        };
+        Ok(Addresses {
+            metrics_listen,
+            broker_rack,
+            outgoing_bind_address,
+        })
+    }
+}
+
+/// `group_min_session_timeout_ms` and `group_max_session_timeout_ms`, in order.
+fn group_session_timeouts_ms(raw: &RawConfig) -> Result<(i64, i64), ConfigError> {
+    let group_min_session_timeout_ms = in_range(
+        "group_min_session_timeout_ms",
+        raw.group_min_session_timeout_ms,
+        6000,
+        1,
+        i32::MAX as i64,
+    )?;
+    let group_max_session_timeout_ms = in_range(
+        "group_max_session_timeout_ms",
+        raw.group_max_session_timeout_ms,
+        1_800_000,
+        1,
+        i32::MAX as i64,
+    )?;
+    if group_max_session_timeout_ms < group_min_session_timeout_ms {
+        return Err(invalid(
+            "group_max_session_timeout_ms",
+            format!(
+                "{group_max_session_timeout_ms} is below group_min_session_timeout_ms \
+                 ({group_min_session_timeout_ms})"
+            ),
+        ));
+    }
+    Ok((group_min_session_timeout_ms, group_max_session_timeout_ms))
+}
+
+/// `num_partitions`, `default_replication_factor` and `min_insync_replicas`.
+fn topic_defaults(raw: &RawConfig) -> Result<(i32, i32, i32), ConfigError> {
+    let num_partitions = in_range(
+        "num_partitions",
+        raw.num_partitions.map(i64::from),
+        1,
+        1,
+        100_000,
+    )? as i32;
+    let default_replication_factor = in_range(
+        "default_replication_factor",
+        raw.default_replication_factor.map(i64::from),
+        1,
+        1,
+        i16::MAX as i64,
+    )? as i32;
+    let min_insync_replicas = in_range(
+        "min_insync_replicas",
+        raw.min_insync_replicas.map(i64::from),
+        1,
+        1,
+        i16::MAX as i64,
+    )? as i32;
+    Ok((
+        num_partitions,
+        default_replication_factor,
+        min_insync_replicas,
+    ))
+}
+
+/// `socket_request_max_bytes` and `message_max_bytes`, the second below the first.
+fn request_sizes(raw: &RawConfig) -> Result<(usize, usize), ConfigError> {
+    let socket_request_max_bytes = in_range(
+        "socket_request_max_bytes",
+        raw.socket_request_max_bytes,
+        104_857_600,
+        1024,
+        i32::MAX as i64,
+    )? as usize;
+    let message_max_bytes = in_range(
+        "message_max_bytes",
+        raw.message_max_bytes,
+        1_048_588,
+        64,
+        i32::MAX as i64,
+    )? as usize;
+    if message_max_bytes >= socket_request_max_bytes {
+        return Err(invalid(
+            "message_max_bytes",
+            "must be smaller than socket_request_max_bytes",
+        ));
+    }
+    Ok((socket_request_max_bytes, message_max_bytes))
+}
+
+/// `replica_lag_time_max_ms` and `replica_fetch_wait_max_ms`, the second below
+/// the first.
+fn replica_lag(raw: &RawConfig) -> Result<(u64, u64), ConfigError> {
+    let replica_lag_time_max_ms = in_range(
+        "replica_lag_time_max_ms",
+        raw.replica_lag_time_max_ms,
+        30_000,
+        1,
+        i32::MAX as i64,
+    )? as u64;
+    let replica_fetch_wait_max_ms = in_range(
+        "replica_fetch_wait_max_ms",
+        raw.replica_fetch_wait_max_ms,
+        500,
+        0,
+        i32::MAX as i64,
+    )? as u64;
+    if replica_fetch_wait_max_ms >= replica_lag_time_max_ms {
+        // As Kafka: otherwise an idle follower looks out of sync.
+        return Err(invalid(
+            "replica_fetch_wait_max_ms",
+            format!(
+                "{replica_fetch_wait_max_ms} must be smaller than replica_lag_time_max_ms \
+                 ({replica_lag_time_max_ms}), or idle followers leave the ISR"
+            ),
+        ));
+    }
+    Ok((replica_lag_time_max_ms, replica_fetch_wait_max_ms))
+}
+
+/// `broker_session_timeout_ms` and `broker_heartbeat_interval_ms`, the second
+/// below the first.
+fn broker_session(raw: &RawConfig) -> Result<(u64, u64), ConfigError> {
+    let broker_session_timeout_ms = in_range(
+        "broker_session_timeout_ms",
+        raw.broker_session_timeout_ms,
+        9_000,
+        1,
+        i32::MAX as i64,
+    )? as u64;
+    let broker_heartbeat_interval_ms = in_range(
+        "broker_heartbeat_interval_ms",
+        raw.broker_heartbeat_interval_ms,
+        2_000,
+        1,
+        i32::MAX as i64,
+    )? as u64;
+    if broker_heartbeat_interval_ms >= broker_session_timeout_ms {
+        return Err(invalid(
+            "broker_heartbeat_interval_ms",
+            "must be smaller than broker_session_timeout_ms",
+        ));
+    }
+    Ok((broker_session_timeout_ms, broker_heartbeat_interval_ms))
+}
+
+/// The controller quorum's timings: `controller_quorum_*_ms`,
+/// `controller_socket_timeout_ms`, `metadata_snapshot_max_new_records`.
+struct QuorumTimings {
+    election_timeout_ms: u64,
+    request_timeout_ms: u64,
+    commit_timeout_ms: u64,
+    socket_timeout_ms: u64,
+    snapshot_max_new_records: u64,
+}
+
+impl QuorumTimings {
+    fn from_raw(raw: &RawConfig) -> Result<QuorumTimings, ConfigError> {
+        Ok(QuorumTimings {
+            election_timeout_ms: in_range(
+                "controller_quorum_election_timeout_ms",
+                raw.controller_quorum_election_timeout_ms,
+                1_000,
+                50,
+                600_000,
+            )? as u64,
+            request_timeout_ms: in_range(
+                "controller_quorum_request_timeout_ms",
+                raw.controller_quorum_request_timeout_ms,
+                2_000,
+                10,
+                600_000,
+            )? as u64,
+            commit_timeout_ms: in_range(
+                "controller_quorum_commit_timeout_ms",
+                raw.controller_quorum_commit_timeout_ms,
+                5_000,
+                10,
+                600_000,
+            )? as u64,
+            socket_timeout_ms: in_range(
+                "controller_socket_timeout_ms",
+                raw.controller_socket_timeout_ms,
+                10_000,
+                10,
+                600_000,
+            )? as u64,
+            snapshot_max_new_records: in_range(
+                "metadata_snapshot_max_new_records",
+                raw.metadata_snapshot_max_new_records,
+                1_000,
+                1,
+                i32::MAX as i64,
+            )? as u64,
+        })
+    }
+}
+
+/// `broker_credentials_dir`: by default `credentials` beside the log directory.
+fn broker_credentials_dir(raw: &RawConfig, log_dir: &Path) -> Result<PathBuf, ConfigError> {
+    Ok(match raw.broker_credentials_dir.as_deref().map(str::trim) {
+        Some("") => return Err(invalid("broker_credentials_dir", "must not be empty")),
+        Some(dir) => PathBuf::from(dir),
+        None => log_dir
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .join("credentials"),
+    })
+}
+
+/// The partition logs' defaults: segments, retention, producer ids, flushes.
+struct LogSettings {
+    segment_bytes: u64,
+    segment_ms: Option<u64>,
+    retention_ms: i64,
+    retention_bytes: i64,
+    retention_check_interval_ms: u64,
+    producer_id_expiration_ms: i64,
+    flush_messages: u64,
+    flush_ms: u64,
+}
+
+impl LogSettings {
+    fn from_raw(raw: &RawConfig) -> Result<LogSettings, ConfigError> {
+        Ok(LogSettings {
+            segment_bytes: in_range(
+                "segment_bytes",
+                raw.segment_bytes,
+                1_073_741_824,
+                1024,
+                i32::MAX as i64,
+            )? as u64,
+            segment_ms: match raw.segment_ms {
+                None => Some(604_800_000),
+                Some(-1) => None,
+                Some(v) if v >= 1 => Some(v as u64),
+                Some(v) => {
+                    return Err(invalid(
+                        "segment_ms",
+                        format!("{v} must be -1 or at least 1"),
+                    ))
+                }
+            },
+            retention_ms: in_range("retention_ms", raw.retention_ms, 604_800_000, -1, i64::MAX)?,
+            retention_bytes: in_range("retention_bytes", raw.retention_bytes, -1, -1, i64::MAX)?,
+            retention_check_interval_ms: in_range(
+                "retention_check_interval_ms",
+                raw.retention_check_interval_ms,
+                300_000,
+                1,
+                i64::MAX,
+            )? as u64,
+            producer_id_expiration_ms: in_range(
+                "producer_id_expiration_ms",
+                raw.producer_id_expiration_ms,
+                86_400_000,
+                1,
+                i64::MAX,
+            )?,
+            flush_messages: never_or_positive("flush_messages", raw.flush_messages)?,
+            flush_ms: never_or_positive("flush_ms", raw.flush_ms)?,
+        })
+    }
+}
+
+/// How followers fetch (`replica_fetch_*`, the fetchers, the throttles) and
+/// which replica serves consumers.
+struct ReplicaFetching {
+    min_bytes: u32,
+    max_bytes: u32,
+    response_max_bytes: u32,
+    backoff_ms: u64,
+    selector: ReplicaSelector,
+    session_cache_slots: usize,
+    num_fetchers: usize,
+    leader_throttled_rate: Option<u64>,
+    follower_throttled_rate: Option<u64>,
+    high_watermark_checkpoint_interval_ms: u64,
+}
+
+impl ReplicaFetching {
+    fn from_raw(raw: &RawConfig) -> Result<ReplicaFetching, ConfigError> {
+        Ok(ReplicaFetching {
+            min_bytes: in_range(
+                "replica_fetch_min_bytes",
+                raw.replica_fetch_min_bytes,
+                1,
+                1,
+                i32::MAX as i64,
+            )? as u32,
+            max_bytes: in_range(
+                "replica_fetch_max_bytes",
+                raw.replica_fetch_max_bytes,
+                1_048_576,
+                1024,
+                i32::MAX as i64,
+            )? as u32,
+            response_max_bytes: in_range(
+                "replica_fetch_response_max_bytes",
+                raw.replica_fetch_response_max_bytes,
+                10_485_760,
+                1024,
+                i32::MAX as i64,
+            )? as u32,
+            backoff_ms: in_range(
+                "replica_fetch_backoff_ms",
+                raw.replica_fetch_backoff_ms,
+                1_000,
+                0,
+                i32::MAX as i64,
+            )? as u64,
+            selector: match raw.replica_selector.as_deref() {
+                None | Some("leader") => ReplicaSelector::Leader,
+                Some("rack_aware") => ReplicaSelector::RackAware,
+                Some(other) => {
+                    return Err(invalid(
+                        "replica_selector",
+                        format!("`{other}` is not \"leader\" or \"rack_aware\""),
+                    ))
+                }
+            },
+            session_cache_slots: in_range(
+                "max_incremental_fetch_session_cache_slots",
+                raw.max_incremental_fetch_session_cache_slots,
+                1000,
+                0,
+                1_000_000,
+            )? as usize,
+            num_fetchers: in_range("num_replica_fetchers", raw.num_replica_fetchers, 1, 1, 64)?
+                as usize,
+            leader_throttled_rate: throttled_rate(
+                "leader_replication_throttled_rate",
+                raw.leader_replication_throttled_rate,
+            )?,
+            follower_throttled_rate: throttled_rate(
+                "follower_replication_throttled_rate",
+                raw.follower_replication_throttled_rate,
+            )?,
+            high_watermark_checkpoint_interval_ms: in_range(
+                "replica_high_watermark_checkpoint_interval_ms",
+                raw.replica_high_watermark_checkpoint_interval_ms,
+                5_000,
+                1,
+                i32::MAX as i64,
+            )? as u64,
+        })
+    }
+}
+
+/// Moving leaderships: the controlled shutdown's bound and the automatic
+/// rebalance's schedule and threshold.
+struct Leadership {
+    controlled_shutdown_timeout_ms: u64,
+    imbalance_check_interval_seconds: u64,
+    imbalance_per_broker_percentage: u32,
+}
+
+impl Leadership {
+    fn from_raw(raw: &RawConfig) -> Result<Leadership, ConfigError> {
+        Ok(Leadership {
+            controlled_shutdown_timeout_ms: in_range(
+                "controlled_shutdown_timeout_ms",
+                raw.controlled_shutdown_timeout_ms,
+                30_000,
+                0,
+                i32::MAX as i64,
+            )? as u64,
+            imbalance_check_interval_seconds: in_range(
+                "leader_imbalance_check_interval_seconds",
+                raw.leader_imbalance_check_interval_seconds,
+                300,
+                1,
+                i32::MAX as i64,
+            )? as u64,
+            imbalance_per_broker_percentage: in_range(
+                "leader_imbalance_per_broker_percentage",
+                raw.leader_imbalance_per_broker_percentage,
+                10,
+                0,
+                100,
+            )? as u32,
+        })
+    }
+}
+
+/// `scram_bootstrap_file`, if given.
+fn scram_bootstrap_file(raw: &RawConfig) -> Result<Option<PathBuf>, ConfigError> {
+    match raw.scram_bootstrap_file.as_deref().map(str::trim) {
+        Some("") => Err(invalid("scram_bootstrap_file", "must not be empty")),
+        path => Ok(path.map(PathBuf::from)),
+    }
+}
+
+/// `max_connections` and `max_connections_per_ip`.
+fn connection_limits(raw: &RawConfig) -> Result<(usize, usize), ConfigError> {
+    let max_connections = in_range(
+        "max_connections",
+        raw.max_connections,
+        10_000,
+        1,
+        i32::MAX as i64,
+    )? as usize;
+    let max_connections_per_ip = in_range(
+        "max_connections_per_ip",
+        raw.max_connections_per_ip,
+        i32::MAX as i64,
+        1,
+        i32::MAX as i64,
+    )? as usize;
+    Ok((max_connections, max_connections_per_ip))
+}
+
+/// The consumer groups' settings; `session_timeouts_ms` from
+/// [`group_session_timeouts_ms`].
+fn groups(raw: &RawConfig, session_timeouts_ms: (i64, i64)) -> Result<GroupsConfig, ConfigError> {
+    let (group_min_session_timeout_ms, group_max_session_timeout_ms) = session_timeouts_ms;
+    Ok(GroupsConfig {
+        offsets_topic_num_partitions: in_range(
+            "offsets_topic_num_partitions",
+            raw.offsets_topic_num_partitions,
+            50,
+            1,
+            10_000,
+        )? as i32,
+        offsets_topic_replication_factor: in_range(
+            "offsets_topic_replication_factor",
+            raw.offsets_topic_replication_factor,
+            3,
+            1,
+            i16::MAX as i64,
+        )? as i32,
+        offsets_retention_minutes: in_range(
+            "offsets_retention_minutes",
+            raw.offsets_retention_minutes,
+            10_080,
+            1,
+            i32::MAX as i64,
+        )?,
+        offset_metadata_max_bytes: in_range(
+            "offset_metadata_max_bytes",
+            raw.offset_metadata_max_bytes,
+            4096,
+            0,
+            i32::MAX as i64,
+        )? as usize,
+        group_min_session_timeout_ms: group_min_session_timeout_ms as i32,
+        group_max_session_timeout_ms: group_max_session_timeout_ms as i32,
+        group_initial_rebalance_delay_ms: in_range(
+            "group_initial_rebalance_delay_ms",
+            raw.group_initial_rebalance_delay_ms,
+            3000,
+            0,
+            i32::MAX as i64,
+        )? as i32,
+        group_max_size: in_range(
+            "group_max_size",
+            raw.group_max_size,
+            i32::MAX as i64,
+            1,
+            i32::MAX as i64,
+        )? as usize,
+    })
 }
 
 fn parse_voters(s: &str) -> Result<Vec<Voter>, ConfigError> {

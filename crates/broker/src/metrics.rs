@@ -14,7 +14,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 use syncline_proto::pb;
 
 /// Most partitions that get per-partition series (bounded cardinality).
@@ -131,237 +131,60 @@ impl BrokerMetrics {
     /// Every metric registered, at zero, in a registry of its own.
     pub fn new() -> BrokerMetrics {
         let mut registry = Registry::with_prefix("syncline");
-        let isr_shrinks = Counter::default();
-        let isr_expands = Counter::default();
-        let failed_isr_updates = Counter::default();
-        registry.register(
-            "isr_shrinks",
-            "ISR shrinks committed for partitions this broker leads (Kafka IsrShrinksPerSec)",
-            isr_shrinks.clone(),
-        );
-        registry.register(
-            "isr_expands",
-            "ISR expansions committed for partitions this broker leads (Kafka IsrExpandsPerSec)",
-            isr_expands.clone(),
-        );
-        registry.register(
-            "failed_isr_updates",
-            "AlterPartition proposals the controller refused or that failed",
-            failed_isr_updates.clone(),
-        );
-        let authentication_failures = Counter::default();
-        registry.register(
-            "authentication_failures",
-            "SASL authentications this broker refused (a peer with a wrong or unknown credential)",
-            authentication_failures.clone(),
-        );
-        let authorization_failures = Counter::default();
-        registry.register(
-            "authorization_failures",
-            "Internal-API requests refused with CLUSTER_AUTHORIZATION_FAILED (not from the broker they claim)",
-            authorization_failures.clone(),
-        );
-        let connections_refused = Counter::default();
-        registry.register(
-            "connections_refused",
-            "Connections closed on accept: max_connections or max_connections_per_ip reached",
-            connections_refused.clone(),
-        );
-        let gauge = |registry: &mut Registry, name: &str, help: &str| {
-            let g = Gauge::default();
-            registry.register(name, help, g.clone());
-            g
-        };
-        let connections = gauge(
-            &mut registry,
-            "connections",
-            "Client and broker connections open on this broker's listeners",
-        );
-        let under_replicated_partitions = gauge(
-            &mut registry,
-            "under_replicated_partitions",
-            "Partitions led here whose ISR is smaller than the replica set",
-        );
-        let under_min_isr_partition_count = gauge(
-            &mut registry,
-            "under_min_isr_partition_count",
-            "Partitions led here whose ISR is below min.insync.replicas",
-        );
-        let at_min_isr_partition_count = gauge(
-            &mut registry,
-            "at_min_isr_partition_count",
-            "Partitions led here whose ISR is exactly min.insync.replicas",
-        );
-        let leader_count = gauge(
-            &mut registry,
-            "leader_count",
-            "Partitions this broker leads",
-        );
-        let producer_ids = gauge(
-            &mut registry,
-            "producer_ids",
-            "Idempotent producers with state in the partitions led here (one per producer and partition)",
-        );
-        let partition_count = gauge(
-            &mut registry,
-            "partition_count",
-            "Partition replicas this broker hosts",
-        );
-        let offline_partitions_count = gauge(
-            &mut registry,
-            "offline_partitions_count",
-            "Partitions without a leader (reported by the active controller)",
-        );
-        let preferred_replica_imbalance_count = gauge(
-            &mut registry,
-            "preferred_replica_imbalance_count",
-            "Partitions not led by their preferred replica (reported by the active controller)",
-        );
-        let reassigning_partitions = gauge(
-            &mut registry,
-            "reassigning_partitions",
-            "Partitions with a replica reassignment in progress (reported by the active controller)",
-        );
-        let fenced_broker_count = gauge(
-            &mut registry,
-            "fenced_broker_count",
-            "Registered brokers that are fenced (reported by the active controller)",
-        );
-        let active_broker_count = gauge(
-            &mut registry,
-            "active_broker_count",
-            "Registered brokers that are not fenced (reported by the active controller)",
-        );
-        let unclean_leader_elections = Counter::default();
-        registry.register(
-            "unclean_leader_elections",
-            "Leaders elected from outside the ISR (reported by the active controller)",
-            unclean_leader_elections.clone(),
-        );
-        let active_controller = gauge(
-            &mut registry,
-            "active_controller",
-            "1 on the broker hosting the active controller",
-        );
-        let metadata_log_end_offset = gauge(
-            &mut registry,
-            "metadata_log_end_offset",
-            "End of this controller voter's metadata (Raft) log",
-        );
-        let controller_elections = Counter::default();
-        registry.register(
-            "controller_elections",
-            "Active controllers this voter has seen elected (new quorum leaders)",
-            controller_elections.clone(),
-        );
-        let replica_fetcher_max_lag = gauge(
-            &mut registry,
-            "replica_fetcher_max_lag",
-            "Max over followed partitions of leader high watermark minus next fetch offset",
-        );
-        let fetcher_requests = Family::<LeaderLabel, Counter>::default();
-        registry.register(
-            "replica_fetcher_requests",
-            "Fetch requests sent by this broker's replica fetchers, per source leader",
-            fetcher_requests.clone(),
-        );
-        let fetcher_failures = Family::<LeaderLabel, Counter>::default();
-        registry.register(
-            "replica_fetcher_failed_requests",
-            "Replica fetcher requests (or connection attempts) to a source leader that failed",
-            fetcher_failures.clone(),
-        );
-        let purgatory_size = Family::<OperationLabel, Gauge>::default();
-        registry.register(
-            "purgatory_size",
-            "Delayed operations waiting in a purgatory",
-            purgatory_size.clone(),
-        );
-        let requests = Family::<ApiLabel, Counter>::default();
-        registry.register("requests", "Requests received, per API", requests.clone());
-        let latency = Family::<ApiLabel, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.000_05, 2.0, 20))
-        });
-        registry.register(
-            "request_duration_seconds",
-            "Time from a request's arrival to its response, per API",
-            latency.clone(),
-        );
-        let apis = syncline_proto::API_NAMES
-            .iter()
-            .map(|api| {
-                let label = ApiLabel { api };
-                Arc::new(ApiMetrics {
-                    requests: requests.get_or_create_owned(&label),
-                    latency: latency.get_or_create_owned(&label),
-                })
-            })
-            .collect();
-        let bytes_in = Counter::default();
-        registry.register(
-            "bytes_in",
-            "Record bytes appended by producers",
-            bytes_in.clone(),
-        );
-        let bytes_out = Counter::default();
-        registry.register(
-            "bytes_out",
-            "Record bytes sent to consumers and followers",
-            bytes_out.clone(),
-        );
-        let produce_duplicates = Counter::default();
-        registry.register(
-            "produce_duplicates",
-            "Idempotent producers' retries of batches already in the log, answered with the original offsets and not written again",
-            produce_duplicates.clone(),
-        );
-        let produce_out_of_order = Counter::default();
-        registry.register(
-            "produce_out_of_order_sequences",
-            "Idempotent producers' batches refused with OUT_OF_ORDER_SEQUENCE_NUMBER (a gap in the sequence)",
-            produce_out_of_order.clone(),
-        );
-        let throttled_replication_bytes = Family::<SideLabel, Counter>::default();
-        registry.register(
-            "throttled_replication_bytes",
-            "Record bytes of throttled replicas (added by a reassignment, out of the ISR) \
-             replicated under leader_/follower_replication_throttled_rate, per side",
-            throttled_replication_bytes.clone(),
-        );
-        for side in [ThrottleSide::Leader, ThrottleSide::Follower] {
-            drop(throttled_replication_bytes.get_or_create(&side.label()));
-        }
-        // Two counters rather than a family with a label: a family is a HashMap,
-        // and one more of those changes the simulation's traces (see crates/sim).
-        let fetch_sendfile_bytes = Counter::default();
-        registry.register(
-            "fetch_sendfile_bytes",
-            "Record bytes of fetch responses sent from the segment files to plain TCP \
-             sockets with sendfile (zero-copy)",
-            fetch_sendfile_bytes.clone(),
-        );
-        let fetch_copied_bytes = Counter::default();
-        registry.register(
-            "fetch_copied_bytes",
-            "Record bytes of fetch responses read from the segment files into memory to be \
-             written (TLS, or any stream that is not a plain TCP socket)",
-            fetch_copied_bytes.clone(),
-        );
-        let partition_isr_size = Family::<PartitionLabel, Gauge>::default();
-        registry.register(
-            "partition_isr_size",
-            "ISR size of each partition led here (first 1000 partitions)",
-            partition_isr_size.clone(),
-        );
-        let partition_max_replica_lag = Family::<PartitionLabel, Gauge>::default();
-        registry.register(
-            "partition_max_replica_lag",
-            "Largest follower lag in offsets of each partition led here (first 1000 partitions)",
-            partition_max_replica_lag.clone(),
-        );
-        for op in ["fetch", "produce"] {
-            drop(purgatory_size.get_or_create(&OperationLabel { operation: op }));
-        }
+        // The order of registration is the order of the text exposition; it is
+        // also the order the label families' hash maps are created in, which the
+        // simulation's traces depend on (see crates/sim).
+        let r = &mut registry;
+        let IsrMetrics {
+            isr_shrinks,
+            isr_expands,
+            failed_isr_updates,
+        } = IsrMetrics::register(r);
+        let ConnectionMetrics {
+            authentication_failures,
+            authorization_failures,
+            connections_refused,
+            connections,
+        } = ConnectionMetrics::register(r);
+        let PartitionCounts {
+            under_replicated_partitions,
+            under_min_isr_partition_count,
+            at_min_isr_partition_count,
+            leader_count,
+            producer_ids,
+            partition_count,
+        } = PartitionCounts::register(r);
+        let ControllerMetrics {
+            offline_partitions_count,
+            preferred_replica_imbalance_count,
+            reassigning_partitions,
+            fenced_broker_count,
+            active_broker_count,
+            unclean_leader_elections,
+            active_controller,
+            metadata_log_end_offset,
+            controller_elections,
+        } = ControllerMetrics::register(r);
+        let FetcherMetrics {
+            replica_fetcher_max_lag,
+            fetcher_requests,
+            fetcher_failures,
+        } = FetcherMetrics::register(r);
+        let purgatory_size = register_purgatory_size(r);
+        let apis = register_apis(r);
+        let TrafficMetrics {
+            bytes_in,
+            bytes_out,
+            produce_duplicates,
+            produce_out_of_order,
+            throttled_replication_bytes,
+            fetch_sendfile_bytes,
+            fetch_copied_bytes,
+        } = TrafficMetrics::register(r);
+        let PerPartitionMetrics {
+            partition_isr_size,
+            partition_max_replica_lag,
+        } = PerPartitionMetrics::register(r);
         BrokerMetrics {
             registry,
             isr_shrinks,
@@ -534,5 +357,389 @@ impl BrokerMetrics {
             out.clear();
         }
         out
+    }
+}
+
+// The families of metrics `BrokerMetrics::new` registers, in its order.
+
+/// Registers `metric` under `name` and returns it (a handle sharing its value).
+fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
+/// ISR changes of the partitions this broker leads.
+struct IsrMetrics {
+    isr_shrinks: Counter,
+    isr_expands: Counter,
+    failed_isr_updates: Counter,
+}
+
+impl IsrMetrics {
+    fn register(r: &mut Registry) -> IsrMetrics {
+        IsrMetrics {
+            isr_shrinks: registered(
+                r,
+                "isr_shrinks",
+                "ISR shrinks committed for partitions this broker leads (Kafka IsrShrinksPerSec)",
+                Counter::default(),
+            ),
+            isr_expands: registered(
+                r,
+                "isr_expands",
+                "ISR expansions committed for partitions this broker leads (Kafka IsrExpandsPerSec)",
+                Counter::default(),
+            ),
+            failed_isr_updates: registered(
+                r,
+                "failed_isr_updates",
+                "AlterPartition proposals the controller refused or that failed",
+                Counter::default(),
+            ),
+        }
+    }
+}
+
+/// Connections: the refused ones (authentication, authorization, limits) and
+/// the open ones.
+struct ConnectionMetrics {
+    authentication_failures: Counter,
+    authorization_failures: Counter,
+    connections_refused: Counter,
+    connections: Gauge,
+}
+
+impl ConnectionMetrics {
+    fn register(r: &mut Registry) -> ConnectionMetrics {
+        ConnectionMetrics {
+            authentication_failures: registered(
+                r,
+                "authentication_failures",
+                "SASL authentications this broker refused (a peer with a wrong or unknown credential)",
+                Counter::default(),
+            ),
+            authorization_failures: registered(
+                r,
+                "authorization_failures",
+                "Internal-API requests refused with CLUSTER_AUTHORIZATION_FAILED (not from the broker they claim)",
+                Counter::default(),
+            ),
+            connections_refused: registered(
+                r,
+                "connections_refused",
+                "Connections closed on accept: max_connections or max_connections_per_ip reached",
+                Counter::default(),
+            ),
+            connections: registered(
+                r,
+                "connections",
+                "Client and broker connections open on this broker's listeners",
+                Gauge::default(),
+            ),
+        }
+    }
+}
+
+/// Counts over the partitions this broker hosts and leads.
+struct PartitionCounts {
+    under_replicated_partitions: Gauge,
+    under_min_isr_partition_count: Gauge,
+    at_min_isr_partition_count: Gauge,
+    leader_count: Gauge,
+    producer_ids: Gauge,
+    partition_count: Gauge,
+}
+
+impl PartitionCounts {
+    fn register(r: &mut Registry) -> PartitionCounts {
+        PartitionCounts {
+            under_replicated_partitions: registered(
+                r,
+                "under_replicated_partitions",
+                "Partitions led here whose ISR is smaller than the replica set",
+                Gauge::default(),
+            ),
+            under_min_isr_partition_count: registered(
+                r,
+                "under_min_isr_partition_count",
+                "Partitions led here whose ISR is below min.insync.replicas",
+                Gauge::default(),
+            ),
+            at_min_isr_partition_count: registered(
+                r,
+                "at_min_isr_partition_count",
+                "Partitions led here whose ISR is exactly min.insync.replicas",
+                Gauge::default(),
+            ),
+            leader_count: registered(
+                r,
+                "leader_count",
+                "Partitions this broker leads",
+                Gauge::default(),
+            ),
+            producer_ids: registered(
+                r,
+                "producer_ids",
+                "Idempotent producers with state in the partitions led here (one per producer and partition)",
+                Gauge::default(),
+            ),
+            partition_count: registered(
+                r,
+                "partition_count",
+                "Partition replicas this broker hosts",
+                Gauge::default(),
+            ),
+        }
+    }
+}
+
+/// What the active controller reports, and the controller quorum as this voter
+/// sees it.
+struct ControllerMetrics {
+    offline_partitions_count: Gauge,
+    preferred_replica_imbalance_count: Gauge,
+    reassigning_partitions: Gauge,
+    fenced_broker_count: Gauge,
+    active_broker_count: Gauge,
+    unclean_leader_elections: Counter,
+    active_controller: Gauge,
+    metadata_log_end_offset: Gauge,
+    controller_elections: Counter,
+}
+
+impl ControllerMetrics {
+    fn register(r: &mut Registry) -> ControllerMetrics {
+        ControllerMetrics {
+            offline_partitions_count: registered(
+                r,
+                "offline_partitions_count",
+                "Partitions without a leader (reported by the active controller)",
+                Gauge::default(),
+            ),
+            preferred_replica_imbalance_count: registered(
+                r,
+                "preferred_replica_imbalance_count",
+                "Partitions not led by their preferred replica (reported by the active controller)",
+                Gauge::default(),
+            ),
+            reassigning_partitions: registered(
+                r,
+                "reassigning_partitions",
+                "Partitions with a replica reassignment in progress (reported by the active controller)",
+                Gauge::default(),
+            ),
+            fenced_broker_count: registered(
+                r,
+                "fenced_broker_count",
+                "Registered brokers that are fenced (reported by the active controller)",
+                Gauge::default(),
+            ),
+            active_broker_count: registered(
+                r,
+                "active_broker_count",
+                "Registered brokers that are not fenced (reported by the active controller)",
+                Gauge::default(),
+            ),
+            unclean_leader_elections: registered(
+                r,
+                "unclean_leader_elections",
+                "Leaders elected from outside the ISR (reported by the active controller)",
+                Counter::default(),
+            ),
+            active_controller: registered(
+                r,
+                "active_controller",
+                "1 on the broker hosting the active controller",
+                Gauge::default(),
+            ),
+            metadata_log_end_offset: registered(
+                r,
+                "metadata_log_end_offset",
+                "End of this controller voter's metadata (Raft) log",
+                Gauge::default(),
+            ),
+            controller_elections: registered(
+                r,
+                "controller_elections",
+                "Active controllers this voter has seen elected (new quorum leaders)",
+                Counter::default(),
+            ),
+        }
+    }
+}
+
+/// This broker's replica fetchers.
+struct FetcherMetrics {
+    replica_fetcher_max_lag: Gauge,
+    fetcher_requests: Family<LeaderLabel, Counter>,
+    fetcher_failures: Family<LeaderLabel, Counter>,
+}
+
+impl FetcherMetrics {
+    fn register(r: &mut Registry) -> FetcherMetrics {
+        FetcherMetrics {
+            replica_fetcher_max_lag: registered(
+                r,
+                "replica_fetcher_max_lag",
+                "Max over followed partitions of leader high watermark minus next fetch offset",
+                Gauge::default(),
+            ),
+            fetcher_requests: registered(
+                r,
+                "replica_fetcher_requests",
+                "Fetch requests sent by this broker's replica fetchers, per source leader",
+                Family::default(),
+            ),
+            fetcher_failures: registered(
+                r,
+                "replica_fetcher_failed_requests",
+                "Replica fetcher requests (or connection attempts) to a source leader that failed",
+                Family::default(),
+            ),
+        }
+    }
+}
+
+/// The purgatories' sizes, both series present from the start.
+fn register_purgatory_size(r: &mut Registry) -> Family<OperationLabel, Gauge> {
+    let purgatory_size = registered(
+        r,
+        "purgatory_size",
+        "Delayed operations waiting in a purgatory",
+        Family::default(),
+    );
+    for op in ["fetch", "produce"] {
+        drop(purgatory_size.get_or_create(&OperationLabel { operation: op }));
+    }
+    purgatory_size
+}
+
+/// Requests and their latency, per API: one handle per API, in
+/// `syncline_proto::API_NAMES` order.
+fn register_apis(r: &mut Registry) -> Vec<Arc<ApiMetrics>> {
+    let requests: Family<ApiLabel, Counter> = registered(
+        r,
+        "requests",
+        "Requests received, per API",
+        Family::default(),
+    );
+    let latency = registered(
+        r,
+        "request_duration_seconds",
+        "Time from a request's arrival to its response, per API",
+        Family::<ApiLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.000_05, 2.0, 20))
+        }),
+    );
+    syncline_proto::API_NAMES
+        .iter()
+        .map(|api| {
+            let label = ApiLabel { api };
+            Arc::new(ApiMetrics {
+                requests: requests.get_or_create_owned(&label),
+                latency: latency.get_or_create_owned(&label),
+            })
+        })
+        .collect()
+}
+
+/// Record bytes in and out: produced, fetched (with sendfile or copied),
+/// replicated under a throttle; and idempotent producers' refused batches.
+struct TrafficMetrics {
+    bytes_in: Counter,
+    bytes_out: Counter,
+    produce_duplicates: Counter,
+    produce_out_of_order: Counter,
+    throttled_replication_bytes: Family<SideLabel, Counter>,
+    fetch_sendfile_bytes: Counter,
+    fetch_copied_bytes: Counter,
+}
+
+impl TrafficMetrics {
+    fn register(r: &mut Registry) -> TrafficMetrics {
+        let bytes_in = registered(
+            r,
+            "bytes_in",
+            "Record bytes appended by producers",
+            Counter::default(),
+        );
+        let bytes_out = registered(
+            r,
+            "bytes_out",
+            "Record bytes sent to consumers and followers",
+            Counter::default(),
+        );
+        let produce_duplicates = registered(
+            r,
+            "produce_duplicates",
+            "Idempotent producers' retries of batches already in the log, answered with the original offsets and not written again",
+            Counter::default(),
+        );
+        let produce_out_of_order = registered(
+            r,
+            "produce_out_of_order_sequences",
+            "Idempotent producers' batches refused with OUT_OF_ORDER_SEQUENCE_NUMBER (a gap in the sequence)",
+            Counter::default(),
+        );
+        let throttled_replication_bytes: Family<SideLabel, Counter> = registered(
+            r,
+            "throttled_replication_bytes",
+            "Record bytes of throttled replicas (added by a reassignment, out of the ISR) \
+             replicated under leader_/follower_replication_throttled_rate, per side",
+            Family::default(),
+        );
+        for side in [ThrottleSide::Leader, ThrottleSide::Follower] {
+            drop(throttled_replication_bytes.get_or_create(&side.label()));
+        }
+        // Two counters rather than a family with a label: a family is a HashMap,
+        // and one more of those changes the simulation's traces (see crates/sim).
+        let fetch_sendfile_bytes = registered(
+            r,
+            "fetch_sendfile_bytes",
+            "Record bytes of fetch responses sent from the segment files to plain TCP \
+             sockets with sendfile (zero-copy)",
+            Counter::default(),
+        );
+        let fetch_copied_bytes = registered(
+            r,
+            "fetch_copied_bytes",
+            "Record bytes of fetch responses read from the segment files into memory to be \
+             written (TLS, or any stream that is not a plain TCP socket)",
+            Counter::default(),
+        );
+        TrafficMetrics {
+            bytes_in,
+            bytes_out,
+            produce_duplicates,
+            produce_out_of_order,
+            throttled_replication_bytes,
+            fetch_sendfile_bytes,
+            fetch_copied_bytes,
+        }
+    }
+}
+
+/// Series per partition led here, for the first [`MAX_PARTITION_SERIES`].
+struct PerPartitionMetrics {
+    partition_isr_size: Family<PartitionLabel, Gauge>,
+    partition_max_replica_lag: Family<PartitionLabel, Gauge>,
+}
+
+impl PerPartitionMetrics {
+    fn register(r: &mut Registry) -> PerPartitionMetrics {
+        PerPartitionMetrics {
+            partition_isr_size: registered(
+                r,
+                "partition_isr_size",
+                "ISR size of each partition led here (first 1000 partitions)",
+                Family::default(),
+            ),
+            partition_max_replica_lag: registered(
+                r,
+                "partition_max_replica_lag",
+                "Largest follower lag in offsets of each partition led here (first 1000 partitions)",
+                Family::default(),
+            ),
+        }
     }
 }

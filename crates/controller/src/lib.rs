@@ -1,5 +1,6 @@
-//! The syncline controller: the cluster's metadata as a replayable log of records,
-//! and the pure state machine that decides what goes into it.
+//! The syncline controller: the cluster's metadata as a log of records that a Raft
+//! quorum of controller voters replicates, and the pure state machine that decides
+//! what goes into it.
 //!
 //! - [`MetadataImage`] (`image`): brokers, topics, partitions, controller epoch, user
 //!   credentials and ACLs, as replaying the log produces them. [`MetadataImage::apply`] is the only mutation.
@@ -11,25 +12,75 @@
 //!   set in progress; `placement`: replica assignment for new topics;
 //!   `scram_bootstrap`: the `scram_bootstrap_file` format ([`parse_scram_bootstrap`],
 //!   [`scram_bootstrap_line`]).
-//! - [`MetadataLog`] (`metadata_log`): the append-only, fsynced file of records; the
-//!   only I/O here. Sockets, the event loop and `LeaderAndIsr` pushes live in the
-//!   broker crate.
+//! - [`Quorum`] (`quorum/`): the metadata log itself, a Raft log (openraft) replicated
+//!   among the voters; the only I/O here. Sockets, the event loop and `LeaderAndIsr`
+//!   pushes live in the broker crate, which carries the voters' messages through a
+//!   [`QuorumTransport`].
+//!
+//! # The metadata log
+//!
+//! Every voter runs a [`Quorum`]. The voter Raft elects leader is the active
+//! controller, and only it proposes; every voter applies the committed entries, in
+//! order, to its own [`MetadataImage`].
+//!
+//! - **Committing.** [`Quorum::propose`] replicates the records of one decision as one
+//!   Raft entry. It returns once a majority of voters has the entry on disk (a voter
+//!   fsyncs its log before it acknowledges) and this voter has applied it, with the
+//!   metadata offset of the first record: offsets count records, not Raft entries.
+//!   A `Timeout` or a lost leadership leaves the outcome unknown (the entry may still
+//!   commit), so the caller must stop deciding: it resigns.
+//! - **Taking office.** A new leader first calls [`Quorum::barrier`], which commits an
+//!   empty entry: once it returns, everything any earlier leader committed is in
+//!   [`Quorum::image`], and only then may a [`Controller`] be built over that image.
+//! - **Snapshots.** Every [`QuorumConfig::snapshot_every_entries`] applied entries, a
+//!   voter stores its image as a protobuf `MetadataSnapshot` and purges the log behind
+//!   it. A voter further behind than the leader's log is sent the snapshot whole, and a
+//!   restarted voter starts from its snapshot and replays the log after it.
+//! - **On disk**, in [`QuorumConfig::dir`] (the broker passes
+//!   `<log_dir>/__cluster_metadata`): `quorum.log`, the Raft log, CRC-32C frames
+//!   appended and fsynced, a torn tail cut off at open; `quorum.state`, the vote and
+//!   the committed index; `quorum.snapshot`, the last snapshot. The last two are
+//!   replaced whole, atomically.
 //!
 //! # Driving it
 //!
-//! Every operation follows the same four steps: decide, append durably, apply,
-//! answer (and announce the changed partitions to their replicas).
+//! Every operation follows the same four steps (the [`ControllerResult`] contract):
+//! decide, commit through the quorum, apply, answer (and announce the changed
+//! partitions to their replicas). Here one voter is a whole quorum: its majority is
+//! itself, so it never calls its transport.
 //!
 //! ```
+//! use std::collections::BTreeMap;
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! use bytes::Bytes;
+//! use futures::future::BoxFuture;
 //! use syncline_controller::{changed_partitions, Controller, ControllerConfig, ControllerResult,
-//!     MetadataImage, MetadataLog};
+//!     Quorum, QuorumConfig, QuorumTransport};
 //! use syncline_proto::pb;
-//! use tokio::time::{Duration, Instant};
+//! use tokio::time::Instant;
 //!
 //! type Error = Box<dyn std::error::Error>;
 //!
-//! fn commit<T>(log: &mut MetadataLog, c: &mut Controller, r: ControllerResult<T>) -> Result<T, Error> {
-//!     let first = log.append(&r.records)?; // durable first
+//! /// The voters' messages; the broker sends them over its connections.
+//! #[derive(Debug)]
+//! struct NoPeers;
+//!
+//! impl QuorumTransport for NoPeers {
+//!     fn call(&self, target: i32, _: &str, _: Bytes) -> BoxFuture<'static, Result<Bytes, String>> {
+//!         Box::pin(async move { Err(format!("voter {target} is not reachable")) })
+//!     }
+//! }
+//!
+//! const COMMIT: Duration = Duration::from_secs(30);
+//!
+//! async fn commit<T>(q: &Quorum, c: &mut Controller, r: ControllerResult<T>) -> Result<T, Error> {
+//!     if r.records.is_empty() {
+//!         return Ok(r.response);
+//!     }
+//!     let first = q.propose(r.records.clone(), COMMIT).await?; // a majority has them
+//!     assert_eq!(first, c.next_offset()); // (the broker resigns instead)
 //!     c.replay_all(first, &r.records)?; // then applied
 //!     for (_broker, _states) in c.image().partition_states_by_broker(&changed_partitions(&r.records)) {
 //!         // the shell sends LeaderAndIsr { partition_states: _states, .. } to _broker
@@ -37,18 +88,33 @@
 //!     Ok(r.response) // and only then answered
 //! }
 //!
-//! # fn main() -> Result<(), Error> {
-//! # let dir = tempfile::tempdir()?;
-//! // Start: replay the log, take office with a new controller epoch.
-//! let (mut log, replayed) = MetadataLog::open(dir.path())?;
-//! let mut image = MetadataImage::new();
-//! for (offset, record) in &replayed {
-//!     image.apply(*offset, record)?;
+//! /// Starts voter 1 of a quorum of one, and waits until it leads.
+//! async fn start(dir: &std::path::Path) -> Result<Quorum, Error> {
+//!     let voters = BTreeMap::from([(1, "localhost:9093".to_owned())]);
+//!     let config = QuorumConfig {
+//!         heartbeat_interval_ms: 50,
+//!         election_timeout_min_ms: 150,
+//!         election_timeout_max_ms: 300,
+//!         snapshot_every_entries: 4,
+//!         ..QuorumConfig::new(1, voters, dir)
+//!     };
+//!     let quorum = Quorum::start(config, Arc::new(NoPeers)).await?;
+//!     let mut status = quorum.subscribe();
+//!     tokio::time::timeout(COMMIT, status.wait_for(|s| s.is_leader)).await??;
+//!     Ok(quorum)
 //! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Error> {
+//! # let dir = tempfile::tempdir()?;
+//! # let dir = dir.path().join("__cluster_metadata");
+//! // Take office: everything committed before is applied, then a new controller epoch.
+//! let quorum = start(&dir).await?;
+//! quorum.barrier(COMMIT).await?;
 //! let t0 = Instant::now();
-//! let mut c = Controller::new(ControllerConfig::new(0, "cluster-a"), image, t0)?;
-//! let start = c.start();
-//! commit(&mut log, &mut c, start)?;
+//! let mut c = Controller::new(ControllerConfig::new(1, "cluster-a"), quorum.image(), t0)?;
+//! let start_office = c.start();
+//! commit(&quorum, &mut c, start_office).await?;
 //!
 //! // Two brokers register (fenced), catch up with the log and get unfenced.
 //! for id in [1, 2] {
@@ -61,7 +127,7 @@
 //!         listeners: vec![],
 //!     };
 //!     let r = c.register_broker(&reg, t0);
-//!     let epoch = commit(&mut log, &mut c, r)?.broker_epoch;
+//!     let epoch = commit(&quorum, &mut c, r).await?.broker_epoch;
 //!     let hb = pb::BrokerHeartbeatRequest {
 //!         broker_id: id,
 //!         broker_epoch: epoch,
@@ -70,7 +136,7 @@
 //!         want_shutdown: false,
 //!     };
 //!     let r = c.heartbeat(&hb, t0);
-//!     assert!(!commit(&mut log, &mut c, r)?.is_fenced);
+//!     assert!(!commit(&quorum, &mut c, r).await?.is_fenced);
 //! }
 //!
 //! // A topic with one partition on both brokers.
@@ -81,7 +147,7 @@
 //!     forwarded: false,
 //! };
 //! let r = c.create_topics(&create);
-//! commit(&mut log, &mut c, r)?;
+//! commit(&quorum, &mut c, r).await?;
 //! let p = c.image().partition("events", 0).unwrap().clone();
 //!
 //! // Its leader shrinks the ISR to itself.
@@ -100,14 +166,24 @@
 //!     }],
 //! };
 //! let r = c.alter_partition(&alter);
-//! commit(&mut log, &mut c, r)?;
+//! commit(&quorum, &mut c, r).await?;
 //! assert_eq!(c.image().partition("events", 0).unwrap().isr, vec![p.leader]);
 //!
 //! // Nobody heartbeats for longer than the session timeout: both are fenced and the
 //! // partition goes offline, its last ISR member kept so it can lead again.
 //! let r = c.tick(t0 + Duration::from_millis(9_001));
-//! assert_eq!(commit(&mut log, &mut c, r)?, vec![1, 2]);
+//! assert_eq!(commit(&quorum, &mut c, r).await?, vec![1, 2]);
 //! assert_eq!(c.image().offline_partitions_count(), 1);
+//!
+//! // The voter applied every commit to its own image; restarted, it rebuilds that
+//! // image from its files (the last snapshot, then the log after it).
+//! assert_eq!(&quorum.image(), c.image());
+//! quorum.shutdown().await;
+//! let quorum = start(&dir).await?;
+//! quorum.barrier(COMMIT).await?;
+//! assert_eq!(&quorum.image(), c.image());
+//! assert!(dir.join("quorum.log").exists());
+//! quorum.shutdown().await;
 //! # Ok(())
 //! # }
 //! ```
@@ -119,7 +195,6 @@ mod controller;
 mod draft;
 mod election;
 mod image;
-mod metadata_log;
 mod placement;
 mod quorum;
 mod records;
@@ -138,7 +213,6 @@ pub use image::{
     ApplyError, BrokerRegistration, InvalidSnapshot, InvariantViolation, MetadataImage,
     PartitionRegistration, TopicImage,
 };
-pub use metadata_log::{MetadataLog, MetadataLogError, MAX_RECORD_BYTES, METADATA_LOG_FILE};
 pub use quorum::{
     heartbeat_request as raft_heartbeat_request, request_sender as raft_request_sender,
     ProposeError, Quorum, QuorumConfig, QuorumError, QuorumStatus, QuorumTransport, VoterStatus,

@@ -1,10 +1,10 @@
 //! Small checkpoint files, in Kafka's text format (a version line, a count line,
-//! then one entry per line), each replaced atomically: write a temporary file,
-//! fsync it, rename it over the old one, fsync the directory. A crash leaves the
-//! old file or the new one, never a mix.
+//! then one entry per line), each replaced atomically with
+//! [`syncline_durable::write_atomic`]: a crash leaves the old file or the new one,
+//! never a mix.
 
-use std::fs::{self, File};
-use std::io::{self, Write};
+use std::fs;
+use std::io;
 use std::path::Path;
 
 use crate::error::{IoContext, LogError};
@@ -22,23 +22,17 @@ pub(crate) const CLEAN_SHUTDOWN_FILE: &str = "clean-shutdown";
 /// The only checkpoint format version.
 const VERSION: u32 = 0;
 /// Suffix of a checkpoint being written; leftovers are deleted at open.
-pub(crate) const TMP_SUFFIX: &str = ".tmp";
+pub(crate) use syncline_durable::TMP_SUFFIX;
 
 /// Replaces `dir/name` with `contents`.
 pub(crate) fn write_atomic(dir: &Path, name: &str, contents: &[u8]) -> Result<(), LogError> {
     let path = dir.join(name);
-    let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
-    let mut file = File::create(&tmp).ctx(&tmp)?;
-    file.write_all(contents).ctx(&tmp)?;
-    file.sync_all().ctx(&tmp)?;
-    drop(file);
-    fs::rename(&tmp, &path).ctx(&path)?;
-    sync_dir(dir)
+    syncline_durable::write_atomic(&path, contents).ctx(&path)
 }
 
 /// Makes creations, renames and deletions in `dir` durable.
 pub(crate) fn sync_dir(dir: &Path) -> Result<(), LogError> {
-    File::open(dir).and_then(|d| d.sync_all()).ctx(dir)
+    syncline_durable::sync_dir(dir).ctx(dir)
 }
 
 /// Encodes entries as a checkpoint file.

@@ -37,7 +37,9 @@ pub(crate) struct Recovered {
 }
 
 pub(crate) fn recover_dir(dir: &Path, config: &LogConfig) -> Result<Recovered, LogError> {
-    fs::create_dir_all(dir).ctx(dir)?;
+    // A new partition's directory must survive a crash as much as the files the
+    // log then writes (and fsyncs) in it.
+    syncline_durable::create_dir_all(dir).ctx(dir)?;
     let bases = list_segments(dir)?;
     let clean_shutdown = dir.join(CLEAN_SHUTDOWN_FILE).exists();
     let persisted_recovery_point = checkpoint::read_offset(dir, RECOVERY_POINT_FILE)?;

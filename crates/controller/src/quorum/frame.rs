@@ -1,12 +1,12 @@
-//! The quorum's files: CRC-32C frames and atomic replacement.
+//! The quorum's files: CRC-32C frames.
 //!
-//! A frame is `[u32 BE length][u32 BE CRC-32C of the payload][payload]`, as in
-//! `metadata.log`. A file replaced whole (vote, snapshot, a rewritten log) is written
-//! to a temporary name, fsynced, renamed over the old one, and the directory fsynced:
-//! after a crash either the old or the new file is there, never a mix.
+//! A frame is `[u32 BE length][u32 BE CRC-32C of the payload][payload]`. A file
+//! replaced whole (vote, snapshot, a rewritten log) is replaced with
+//! [`syncline_durable::write_atomic`]: after a crash either the old or the new file is
+//! there, never a mix.
 
-use std::fs::{self, File};
-use std::io::{self, Write};
+use std::fs;
+use std::io;
 use std::path::Path;
 
 use bytes::{Buf, BufMut};
@@ -69,29 +69,6 @@ pub(crate) fn read_single_frame(path: &Path) -> io::Result<Option<Vec<u8>>> {
         Ok(_) => Err(corrupt(path, "trailing bytes after the frame")),
         Err(reason) => Err(corrupt(path, reason)),
     }
-}
-
-/// Replaces the file at `path` with `contents`: temporary file, fsync, rename, fsync of
-/// the directory.
-pub(crate) fn write_atomically(path: &Path, contents: &[u8]) -> io::Result<()> {
-    let dir = path
-        .parent()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "a path without a directory"))?;
-    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
-    tmp_name.push(".tmp");
-    let tmp = dir.join(tmp_name);
-    {
-        let mut file = File::create(&tmp)?;
-        file.write_all(contents)?;
-        file.sync_all()?;
-    }
-    fs::rename(&tmp, path)?;
-    sync_dir(dir)
-}
-
-/// Makes the directory's entries (a new or renamed file) durable.
-pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 /// An `InvalidData` error naming the file.

@@ -74,7 +74,8 @@ struct LogInner {
 impl LogStore {
     /// Opens (creating) the log and vote under `dir`.
     pub(crate) fn open(dir: &Path) -> io::Result<LogStore> {
-        fs::create_dir_all(dir)?;
+        // The vote written in it must survive a crash: so must the directory.
+        syncline_durable::create_dir_all(dir)?;
         let state_path = dir.join(STATE_FILE);
         let state = match frame::read_single_frame(&state_path)? {
             Some(payload) => postcard::from_bytes::<HardState>(&payload)
@@ -138,7 +139,7 @@ impl LogStore {
             file.set_len(u64::try_from(valid).unwrap_or(u64::MAX))?;
             file.sync_all()?;
         }
-        frame::sync_dir(dir)?;
+        syncline_durable::sync_dir(dir)?;
         Ok(LogStore {
             inner: Arc::new(Mutex::new(LogInner {
                 dir: dir.to_owned(),
@@ -181,7 +182,7 @@ impl LogInner {
         let payload = postcard::to_allocvec(&state).map_err(io::Error::other)?;
         let mut buf = Vec::new();
         frame::put_frame(&mut buf, &payload)?;
-        frame::write_atomically(&self.dir.join(STATE_FILE), &buf)
+        syncline_durable::write_atomic(&self.dir.join(STATE_FILE), &buf)
     }
 
     /// Writes the whole log anew (purge marker, then every entry) and replaces the
@@ -195,7 +196,7 @@ impl LogInner {
             put_log_frame(&mut buf, &LogFrame::Entry(entry.clone()))?;
         }
         let path = self.dir.join(LOG_FILE);
-        frame::write_atomically(&path, &buf)?;
+        syncline_durable::write_atomic(&path, &buf)?;
         self.file = OpenOptions::new().append(true).open(&path)?;
         Ok(())
     }

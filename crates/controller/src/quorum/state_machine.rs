@@ -120,7 +120,7 @@ impl StateMachine {
         let payload = postcard::to_allocvec(&file).map_err(io::Error::other)?;
         let mut buf = Vec::new();
         frame::put_frame(&mut buf, &payload)?;
-        frame::write_atomically(&self.shared.dir.join(SNAPSHOT_FILE), &buf)
+        syncline_durable::write_atomic(&self.shared.dir.join(SNAPSHOT_FILE), &buf)
     }
 }
 

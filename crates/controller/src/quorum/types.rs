@@ -21,8 +21,8 @@ openraft::declare_raft_types!(
 /// metadata offsets.
 ///
 /// Serialized as one byte string of length-delimited protobuf records, so the
-/// metadata records keep their one wire format (the one `MetadataLog` and snapshots
-/// use) inside the postcard encoding of Raft's own structures.
+/// metadata records keep their one wire format (protobuf, as in `proto/`) inside the
+/// postcard encoding of Raft's own structures.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub(crate) struct MetadataBatch(pub(crate) Vec<pb::MetadataRecord>);
 

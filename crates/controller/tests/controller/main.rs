@@ -8,7 +8,6 @@ mod delete_topics;
 mod elect_leaders;
 mod elections;
 mod image;
-mod metadata_log;
 mod producer_ids;
 mod reassign;
 mod replay;

@@ -59,6 +59,9 @@ pub fn move_aside(dir: &Path) -> std::io::Result<std::path::PathBuf> {
         rand::random::<u64>()
     ));
     std::fs::rename(dir, &doomed)?;
+    // Until the parent is synced a crash can undo the move, and the replica's
+    // directory would be back under its name.
+    syncline_durable::sync_parent(&doomed)?;
     Ok(doomed)
 }
 
@@ -74,10 +77,10 @@ pub fn read_topic_id(dir: &Path) -> Option<i64> {
 }
 
 fn write_topic_id(dir: &Path, topic_id: i64) -> std::io::Result<()> {
-    let tmp = dir.join(format!("{PARTITION_METADATA_FILE}.tmp"));
-    std::fs::write(&tmp, format!("version: 0\ntopic_id: {topic_id}\n"))?;
-    std::fs::File::open(&tmp)?.sync_all()?;
-    std::fs::rename(&tmp, dir.join(PARTITION_METADATA_FILE))
+    syncline_durable::write_atomic(
+        &dir.join(PARTITION_METADATA_FILE),
+        format!("version: 0\ntopic_id: {topic_id}\n").as_bytes(),
+    )
 }
 
 /// Deletes a moved-aside directory off the request path.
