@@ -150,7 +150,8 @@ impl ConnectionState {
 #[derive(Debug)]
 pub(crate) struct Responder {
     conn: Arc<ConnectionState>,
-    correlation_id: i32,
+    /// Where the answer goes.
+    to: ReplyTo,
     api: Option<Arc<ApiMetrics>>,
     started: Instant,
     /// Its place among the connection's requests in flight (none for the
@@ -158,12 +159,25 @@ pub(crate) struct Responder {
     _permit: Option<OwnedSemaphorePermit>,
     /// The response bytes reserved for it (fetches): released once written.
     reserved: Option<OwnedSemaphorePermit>,
-    /// Where the response goes when the request came on a Kafka listener.
-    kafka: Option<KafkaReply>,
-    /// Where the response goes when the broker asked itself.
-    internal: Option<tokio::sync::oneshot::Sender<pb::response::Body>>,
     /// Adds the parts of the request the authorizer refused.
     patch: Option<PatchSlot>,
+}
+
+/// Where a response goes.
+#[derive(Debug)]
+enum ReplyTo {
+    /// A syncline connection's writer, as the answer to `correlation_id`.
+    Syncline {
+        /// The request's id, which the client matches answers by.
+        correlation_id: i32,
+    },
+    /// A Kafka listener's connection: translated back to Kafka's response,
+    /// into its slot in request order.
+    Kafka(KafkaReply),
+    /// The broker itself, which asked (its group coordinators' appends).
+    Internal(tokio::sync::oneshot::Sender<pb::response::Body>),
+    /// Nowhere: the answer has gone.
+    Sent,
 }
 
 /// A response's patch (see [`Responder::set_patch`]).
@@ -201,13 +215,11 @@ impl Responder {
     ) -> Responder {
         Responder {
             conn,
-            correlation_id,
+            to: ReplyTo::Syncline { correlation_id },
             api,
             started: Instant::now(),
             _permit: Some(permit),
             reserved,
-            kafka: None,
-            internal: None,
             patch: None,
         }
     }
@@ -227,13 +239,11 @@ impl Responder {
     ) -> Responder {
         Responder {
             conn,
-            correlation_id: 0,
+            to: ReplyTo::Kafka(reply),
             api,
             started: Instant::now(),
             _permit: Some(permit),
             reserved,
-            kafka: Some(reply),
-            internal: None,
             patch: None,
         }
     }
@@ -260,13 +270,11 @@ impl Responder {
         });
         let responder = Responder {
             conn,
-            correlation_id: 0,
+            to: ReplyTo::Internal(tx),
             api: None,
             started: Instant::now(),
             _permit: None,
             reserved: None,
-            kafka: None,
-            internal: Some(tx),
             patch: None,
         };
         (responder, rx)
@@ -282,23 +290,26 @@ impl Responder {
         if let Some(PatchSlot(patch)) = self.patch.take() {
             patch(&mut body);
         }
-        if let Some(tx) = self.internal.take() {
-            let _ = tx.send(body);
-            return;
-        }
-        if let Some(reply) = self.kafka.take() {
-            let bytes = (reply.translate)(body);
-            if let Some(api) = &self.api {
-                api.observe(self.started.elapsed(), bytes.len());
+        match std::mem::replace(&mut self.to, ReplyTo::Sent) {
+            ReplyTo::Internal(tx) => {
+                let _ = tx.send(body);
             }
-            let _ = reply.slot.send((bytes, self.reserved.take()));
-            return;
+            ReplyTo::Kafka(reply) => {
+                let bytes = (reply.translate)(body);
+                if let Some(api) = &self.api {
+                    api.observe(self.started.elapsed(), bytes.len());
+                }
+                let _ = reply.slot.send((bytes, self.reserved.take()));
+            }
+            ReplyTo::Syncline { correlation_id } => {
+                let response = pb::Response {
+                    correlation_id,
+                    body: Some(body),
+                };
+                self.queue(Outgoing::Frame(frame::encode(&response)));
+            }
+            ReplyTo::Sent => {}
         }
-        let response = pb::Response {
-            correlation_id: self.correlation_id,
-            body: Some(body),
-        };
-        self.queue(Outgoing::Frame(frame::encode(&response)));
     }
 
     /// Whether a fetch response may leave its records in the segment files
@@ -306,7 +317,7 @@ impl Responder {
     /// sends them itself (the Kafka listener's responses and the broker's own
     /// requests need them in memory).
     pub(crate) fn zero_copy(&self) -> bool {
-        self.conn.tx.is_some() && self.kafka.is_none() && self.internal.is_none()
+        matches!(self.to, ReplyTo::Syncline { .. }) && self.conn.tx.is_some()
     }
 
     /// Sends a fetch response whose records are `response`'s and, for the
@@ -324,7 +335,7 @@ impl Responder {
         let pb::response::Body::Fetch(response) = body else {
             unreachable!("a fetch response's patch keeps it a fetch response")
         };
-        if !self.zero_copy() {
+        let (ReplyTo::Syncline { correlation_id }, true) = (&self.to, self.zero_copy()) else {
             // Not read for zero-copy: nothing here reads regions, but should
             // one come, its records are read into the message.
             let mut response = response;
@@ -346,10 +357,11 @@ impl Responder {
             }
             self.send(pb::response::Body::Fetch(response));
             return;
-        }
-        let chunks = frame::encode_fetch_response_chunks(self.correlation_id, response, |t, p| {
+        };
+        let chunks = frame::encode_fetch_response_chunks(*correlation_id, response, |t, p| {
             regions.take(t, p)
         });
+        self.to = ReplyTo::Sent;
         self.queue(Outgoing::Chunks(chunks));
     }
 
@@ -384,6 +396,66 @@ impl Responder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each responder answers where its request came from: the broker's own
+    /// receiver, a Kafka connection's slot (translated), or a syncline
+    /// connection's writer under the request's correlation id; only the last
+    /// may leave fetched records in the segment files.
+    #[tokio::test]
+    async fn each_responder_answers_where_its_request_came_from() {
+        use tokio::sync::{oneshot, Semaphore};
+        let error = || {
+            pb::response::Body::Error(pb::ErrorResponse {
+                error_code: 1,
+                error_message: String::new(),
+                controller_hint: None,
+            })
+        };
+        let permits = Arc::new(Semaphore::new(2));
+        let permit = || permits.clone().try_acquire_owned().unwrap();
+
+        let (internal, answer) = Responder::internal("L".into());
+        assert!(!internal.zero_copy());
+        assert!(internal.connection().internal);
+        internal.send(error());
+        assert_eq!(answer.await.unwrap(), error());
+
+        let (slot, kafka_answer) = oneshot::channel();
+        let conn = ConnectionState::kafka(
+            "K".into(),
+            "10.0.0.1:1",
+            SecurityProtocol::Plaintext,
+            None,
+            CancellationToken::new(),
+        );
+        let reply = KafkaReply {
+            translate: Box::new(|_| Bytes::from_static(b"in Kafka's words")),
+            slot,
+        };
+        let kafka = Responder::for_kafka(conn, None, permit(), None, reply);
+        assert!(!kafka.zero_copy());
+        kafka.send(error());
+        assert_eq!(kafka_answer.await.unwrap().0, "in Kafka's words");
+
+        let (tx, mut writer) = mpsc::unbounded_channel();
+        let conn = ConnectionState::syncline(
+            "S".into(),
+            "10.0.0.1:2",
+            tx,
+            SecurityProtocol::Plaintext,
+            None,
+            CancellationToken::new(),
+        );
+        let syncline = Responder::for_syncline(conn, 42, None, permit(), None);
+        assert!(syncline.zero_copy());
+        syncline.send(error());
+        let Ok((Outgoing::Frame(bytes), _)) = writer.try_recv() else {
+            panic!("no frame queued for the writer");
+        };
+        let response = frame::decode_response(bytes).unwrap();
+        assert_eq!(response.correlation_id, 42);
+        assert_eq!(response.body, Some(error()));
+    }
 
     #[test]
     fn a_client_certificate_is_the_principal_until_sasl_names_another() {
