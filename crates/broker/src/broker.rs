@@ -376,8 +376,6 @@ impl Broker {
         });
     }
 
-    /// CreateTopics goes to the active controller (here, or forwarded); once
-    /// committed, waits (bounded) until this broker knows the new leaders.
     /// FindCoordinator: the leader of the `__consumer_offsets` partition the
     /// group hashes to, as an endpoint of `listener`. The topic is created
     /// when the first group asks.
@@ -577,6 +575,8 @@ impl Broker {
         }
     }
 
+    /// CreateTopics goes to the active controller (here, or forwarded); once
+    /// committed, waits (bounded) until this broker knows the new leaders.
     async fn create_topics(&self, request: pb::CreateTopicsRequest, responder: Responder) {
         responder.send(self.create_topics_answer(request).await);
     }

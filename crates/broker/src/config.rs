@@ -651,7 +651,8 @@ pub struct BrokerConfig {
     /// `controller.socket.timeout.ms`). Default 10000.
     pub controller_socket_timeout_ms: u64,
     /// The controller voters snapshot the metadata image and drop the log behind
-    /// the snapshot after this many new records (Kafka counts bytes:
+    /// the snapshot after this many new entries of the quorum's log (each entry
+    /// is one batch of records, committed together; Kafka counts bytes:
     /// `metadata.log.max.record.bytes.between.snapshots`). Default 1000.
     pub metadata_snapshot_max_new_records: u64,
     /// On shutdown, first ask the controller to move this broker's leaderships

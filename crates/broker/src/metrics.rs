@@ -260,7 +260,6 @@ impl BrokerMetrics {
         self.bytes_out.inc_by(n as u64);
     }
 
-    /// An idempotent producer's duplicate batch was answered without a write.
     /// Counts record bytes a connection's writer took from the segment files:
     /// with `sendfile`, or read into memory.
     pub(crate) fn fetch_file_bytes(&self, sendfile: bool, n: u64) {
@@ -274,6 +273,7 @@ impl BrokerMetrics {
         }
     }
 
+    /// An idempotent producer's duplicate batch was answered without a write.
     pub(crate) fn produce_duplicate(&self) {
         self.produce_duplicates.inc();
     }
