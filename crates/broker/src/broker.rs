@@ -98,7 +98,7 @@ impl Broker {
     /// dispatches it. Data-plane requests are handled inline (see `front`); the
     /// few that wait on the controller get a task.
     pub(crate) fn handle(self: &Arc<Self>, request: pb::Request, responder: Responder) {
-        let Some(body) = request.body else {
+        let Some(mut body) = request.body else {
             responder.send_error(
                 ErrorCode::UnsupportedVersion,
                 "unknown API key: upgrade this broker or fix the client",
@@ -115,6 +115,7 @@ impl Broker {
             );
             return;
         }
+        crate::names::collapse_repeated_names(&mut body);
         let principal = responder.connection().principal();
         if let Err(why) = crate::auth::authorize(&self.config, &body, &principal) {
             self.metrics.authorization_failures.inc();

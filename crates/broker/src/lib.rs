@@ -39,6 +39,8 @@
 //! - `auth`: broker authentication (SCRAM between brokers) and who may use the
 //!   internal APIs.
 //! - [`metrics`]: Prometheus metrics (served by `front::http`).
+//! - `names`: a request's repeated names collapsed, before anything else
+//!   reads them.
 //!
 //! The modules import each other one way only (`tests/layers.rs` fails on a
 //! circle).
@@ -54,6 +56,7 @@ mod describe_configs;
 mod front;
 mod groups;
 pub mod metrics;
+mod names;
 pub mod net;
 pub use syncline_log::planted;
 mod producer_ids;

@@ -205,3 +205,36 @@ async fn absurd_values_get_error_codes() {
     let r = produce(&conn, "t", 0, 1, batch(&[b"fine"])).await;
     assert_eq!((r.error_code, r.base_offset), (0, 0));
 }
+
+/// A name repeated in a request is answered once (Kafka collapses a
+/// request's names into a set): repeating a topic's name costs the broker
+/// nothing more than its bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_name_is_answered_once() {
+    let cluster = TestCluster::start(1, "").await;
+    cluster.create_topic("t", 3, 1, &[]).await;
+    let conn = cluster.connect(1).await;
+    let many = || vec!["t".to_string(); 1_000];
+    let resp = conn
+        .send(Body::Metadata(pb::MetadataRequest {
+            topics: many(),
+            allow_auto_topic_creation: false,
+        }))
+        .await
+        .unwrap();
+    let Resp::Metadata(m) = resp else {
+        panic!("unexpected {resp:?}")
+    };
+    assert_eq!(m.topics.len(), 1);
+    assert_eq!(m.topics[0].partitions.len(), 3);
+    let resp = conn
+        .send(Body::DescribeTopics(pb::DescribeTopicsRequest {
+            topics: many(),
+        }))
+        .await
+        .unwrap();
+    let Resp::DescribeTopics(d) = resp else {
+        panic!("unexpected {resp:?}")
+    };
+    assert_eq!(d.topics.len(), 1);
+}
