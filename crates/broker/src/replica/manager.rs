@@ -396,16 +396,20 @@ impl ReplicaManager {
         // looked up once for its run of partitions.
         let hosted = self.partitions.read();
         let mut topic: Option<(Arc<str>, Option<&TopicPartitions>)> = None;
+        // Each topic's place in the response: found in constant time, so
+        // that a request naming many topics costs linear time, not quadratic.
+        let mut topic_at: HashMap<Arc<str>, usize> = HashMap::new();
         for e in entries {
-            let ti = match response.responses.iter().position(|t| *t.topic == *e.topic) {
-                Some(ti) => ti,
-                None => {
+            let ti = match response.responses.last() {
+                // A topic's partitions usually come in a run.
+                Some(last) if *last.topic == *e.topic => response.responses.len() - 1,
+                _ => *topic_at.entry(e.topic.clone()).or_insert_with(|| {
                     response.responses.push(pb::FetchableTopicResponse {
                         topic: e.topic.to_string(),
                         partitions: Vec::new(),
                     });
                     response.responses.len() - 1
-                }
+                }),
             };
             let out_topic = &mut response.responses[ti];
             let mut out = pb::PartitionData {

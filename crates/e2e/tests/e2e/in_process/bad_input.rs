@@ -238,3 +238,69 @@ async fn a_repeated_name_is_answered_once() {
     };
     assert_eq!(d.topics.len(), 1);
 }
+
+/// A fetch naming topics out of order, one of them twice apart, is answered
+/// with each topic once, in the order first named, its partitions in the
+/// order asked (each topic's place in the answer found by lookup, not by
+/// scanning the answer built so far).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_answers_each_topic_once_in_the_order_first_named() {
+    let cluster = TestCluster::start(1, "").await;
+    cluster.create_topic("a", 2, 1, &[]).await;
+    cluster.create_topic("b", 1, 1, &[]).await;
+    let conn = cluster.connect(1).await;
+    let part = |partition| pb::FetchPartition {
+        partition,
+        fetch_offset: 0,
+        partition_max_bytes: 1024,
+        ..Default::default()
+    };
+    let topic = |name: &str, partitions: Vec<pb::FetchPartition>| pb::FetchTopic {
+        topic: name.to_string(),
+        partitions,
+    };
+    let resp = conn
+        .send(Body::Fetch(pb::FetchRequest {
+            replica_id: -1,
+            replica_epoch: -1,
+            max_wait_ms: 0,
+            min_bytes: 0,
+            max_bytes: 1 << 20,
+            session_id: 0,
+            session_epoch: -1,
+            topics: vec![
+                topic("b", vec![part(0)]),
+                topic("a", vec![part(1)]),
+                topic("missing", vec![part(0)]),
+                topic("b", vec![part(5)]),
+                topic("a", vec![part(0)]),
+            ],
+            ..Default::default()
+        }))
+        .await
+        .unwrap();
+    let Resp::Fetch(f) = resp else {
+        panic!("unexpected {resp:?}")
+    };
+    let answered: Vec<(String, Vec<(i32, i32)>)> = f
+        .responses
+        .iter()
+        .map(|t| {
+            let parts = t
+                .partitions
+                .iter()
+                .map(|p| (p.partition, p.error_code))
+                .collect();
+            (t.topic.clone(), parts)
+        })
+        .collect();
+    let unknown = ErrorCode::UnknownTopicOrPartition as i32;
+    assert_eq!(
+        answered,
+        vec![
+            ("b".to_string(), vec![(0, 0), (5, unknown)]),
+            ("a".to_string(), vec![(1, 0), (0, 0)]),
+            ("missing".to_string(), vec![(0, unknown)]),
+        ]
+    );
+}
