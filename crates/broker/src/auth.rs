@@ -555,6 +555,9 @@ pub(crate) fn authorize(
     }
     let (api, claimed) = match body {
         Body::Fetch(r) if r.replica_id >= 0 => ("a follower Fetch", r.replica_id),
+        // A follower's view reaches past the high watermark: only the
+        // follower itself may ask for it.
+        Body::ListOffsets(r) if r.replica_id >= 0 => ("a follower ListOffsets", r.replica_id),
         Body::OffsetsForLeaderEpoch(r) if r.replica_id >= 0 => {
             ("a follower OffsetsForLeaderEpoch", r.replica_id)
         }
@@ -619,6 +622,12 @@ mod tests {
                 ..Default::default()
             })
         };
+        let list_offsets = |replica_id| {
+            Body::ListOffsets(pb::ListOffsetsRequest {
+                replica_id,
+                ..Default::default()
+            })
+        };
         let heartbeat = Body::BrokerHeartbeat(pb::BrokerHeartbeatRequest {
             broker_id: 3,
             ..Default::default()
@@ -656,6 +665,24 @@ mod tests {
             (
                 "follower fetch, itself",
                 fetch(2),
+                Principal::Broker(2),
+                true,
+            ),
+            (
+                "consumer ListOffsets, anonymous",
+                list_offsets(-1),
+                Principal::Anonymous,
+                true,
+            ),
+            (
+                "follower ListOffsets, a user",
+                list_offsets(2),
+                Principal::User("alice".into()),
+                false,
+            ),
+            (
+                "follower ListOffsets, itself",
+                list_offsets(2),
                 Principal::Broker(2),
                 true,
             ),
