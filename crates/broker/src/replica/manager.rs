@@ -33,11 +33,11 @@ use crate::replica::partition::{
 use crate::replica::quota::ReplicationQuota;
 use crate::responder::Responder;
 use crate::topic_config::TopicConfig;
+use syncline_replication::announcement;
 use syncline_replication::fetch::{self, FetchFrom};
 use syncline_replication::partition::{IsrChangeKind, IsrProposal};
 use syncline_replication::produce::{self, AckWhen, Acks};
 use syncline_replication::topic::{self, TopicId};
-use syncline_replication::{announcement, isr};
 
 /// How often the partitions' ISR shrink checks are polled.
 const SHRINK_POLL: Duration = Duration::from_millis(100);
@@ -484,8 +484,8 @@ impl ReplicaManager {
                     response.responses[s.topic_index].partitions[s.partition_index].high_watermark;
             }
         }
-        if is_follower {
-            self.record_follower_progress(&req, &statuses, &read);
+        if let FetchFrom::Follower { id, epoch } = params.from {
+            self.record_follower_progress(id, epoch, &statuses, &read);
         }
         let errors = immediate_error
             || response
@@ -547,19 +547,19 @@ impl ReplicaManager {
     /// has ended since records nothing.
     fn record_follower_progress(
         &self,
-        req: &pb::FetchRequest,
+        follower_id: i32,
+        broker_epoch: Option<i64>,
         statuses: &[FetchPartitionStatus],
         read: &ReadSummary,
     ) {
         let now = Instant::now();
-        let broker_epoch = isr::named_broker_epoch(req.replica_epoch);
-        let eligible = self.metadata.is_eligible(req.replica_id, broker_epoch);
+        let eligible = self.metadata.is_eligible(follower_id, broker_epoch);
         for (s, point) in statuses.iter().zip(&read.points) {
             let Some(point) = point else {
                 continue;
             };
             let fetch = FollowerFetch {
-                follower_id: req.replica_id,
+                follower_id,
                 broker_epoch,
                 fetch_offset: s.fetch_offset,
                 leader_leo: point.log_end_offset.max(s.fetch_offset),
