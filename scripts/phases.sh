@@ -11,6 +11,7 @@
 #                             its own) at the lowest CPU priority, its output
 #                             kept for later
 #   await NAME                waits for it, prints its output; its status
+#                             (the one it wrote: see await)
 #   phase_table               prints the table
 #
 # COUNT names what a phase's output says it ran: nextest, doctests, sim, fuzz,
@@ -111,7 +112,9 @@ background() {
     local name=$1 fn=$2 log
     log=$(mktemp "${TMPDIR:-/tmp}/syncline-background.XXXXXX")
     set -m
+    # The job's status goes to a file of its own: see await.
     (
+        trap 'echo $? >"$log.status"' EXIT
         set -e
         PHASE_WHERE=bg
         lowest_cpu_priority
@@ -123,16 +126,22 @@ background() {
     echo "==> [$name] started in the background (lowest CPU priority; output when it ends)"
 }
 
-# await NAME: see the header.
+# await NAME: see the header. The status is the one the job wrote, not what
+# `wait` says: once a job has ended, its pid is free, and when a later child
+# of this shell is given the same pid (pid_max is 32,768 here, and a full run
+# starts more processes than that), bash keeps that child's status under the
+# pid, or none (127). A job that wrote none was killed.
 await() {
-    local name=$1 status=0
+    local name=$1 status log
     [ -n "${BG_PID[$name]:-}" ] || die "no background job $name"
-    wait "${BG_PID[$name]}" || status=$?
+    log=${BG_LOG[$name]}
+    wait "${BG_PID[$name]}" 2>/dev/null || true
+    status=$(cat "$log.status" 2>/dev/null) || status="none: it was killed"
     echo "==> [$name] background job ended (exit $status); its output:"
-    sed 's/^/    /' "${BG_LOG[$name]}"
-    rm -f "${BG_LOG[$name]}"
+    sed 's/^/    /' "$log"
+    rm -f "$log" "$log.status"
     unset "BG_PID[$name]"
-    return "$status"
+    [ "$status" = 0 ]
 }
 
 # phases_end: kills background jobs still running (the script is ending
@@ -142,7 +151,7 @@ phases_end() {
     for name in "${!BG_PID[@]}"; do
         kill -- "-${BG_PID[$name]}" 2>/dev/null || true
         echo "==> [$name] background job stopped: the script ended before it"
-        rm -f "${BG_LOG[$name]}"
+        rm -f "${BG_LOG[$name]}" "${BG_LOG[$name]}.status"
     done
     if [ "${PHASES_OWNER:-0}" = 1 ]; then
         phase_table

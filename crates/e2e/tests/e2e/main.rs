@@ -36,6 +36,7 @@ mod metrics;
 mod quorum;
 mod reassign;
 mod security;
+mod suite_scripts;
 
 /// Stories told on brokers inside the test process.
 mod in_process {
