@@ -425,6 +425,10 @@ struct RawConfig {
     message_max_bytes: Option<i64>,
     socket_request_max_bytes: Option<i64>,
     queued_max_requests: Option<i64>,
+    connection_max_unwritten_bytes: Option<i64>,
+    connections_max_idle_ms: Option<i64>,
+    sasl_authentication_timeout_ms: Option<i64>,
+    sasl_server_max_receive_size: Option<i64>,
     segment_bytes: Option<i64>,
     segment_ms: Option<i64>,
     retention_ms: Option<i64>,
@@ -542,6 +546,9 @@ pub struct BrokerConfig {
     /// that connection until one is answered (Kafka's `queued.max.requests`, which
     /// Kafka applies broker-wide). Default 500.
     pub queued_max_requests: usize,
+    /// What else bounds one connection: its unwritten answers, its idle time,
+    /// and before it authenticates, its time and frame size.
+    pub connection_bounds: ConnectionBounds,
     /// A segment rolls at this size, in bytes (Kafka's `log.segment.bytes`); the
     /// default of the topic config `segment.bytes`. Default 1073741824.
     pub segment_bytes: u64,
@@ -869,6 +876,7 @@ impl BrokerConfig {
         let (broker_session_timeout_ms, broker_heartbeat_interval_ms) = broker_session(&raw)?;
         let quorum = QuorumTimings::from_raw(&raw)?;
         let broker_credentials_dir = broker_credentials_dir(&raw, &log_dir)?;
+        let connection_bounds = ConnectionBounds::from_raw(&raw, socket_request_max_bytes)?;
         let queued_max_requests = in_range(
             "queued_max_requests",
             raw.queued_max_requests,
@@ -911,6 +919,7 @@ impl BrokerConfig {
             message_max_bytes,
             socket_request_max_bytes,
             queued_max_requests,
+            connection_bounds,
             segment_bytes: log.segment_bytes,
             segment_ms: log.segment_ms,
             retention_ms: log.retention_ms,
@@ -1451,6 +1460,68 @@ impl LogSettings {
     }
 }
 
+/// What bounds one connection besides its requests in flight and its fetch
+/// budget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionBounds {
+    /// Bytes of answers a connection may have queued and not yet written
+    /// (`connection_max_unwritten_bytes`): past it the broker reads no request
+    /// of that connection until the client reads. Fetch records sent from the
+    /// files do not count (the fetch budget holds them). Default 1048576.
+    pub max_unwritten_bytes: usize,
+    /// A connection that neither sent a request nor was sent an answer for
+    /// this long is closed (Kafka's `connections.max.idle.ms`). Default
+    /// 600000 (10 minutes).
+    pub max_idle: std::time::Duration,
+    /// On a SASL listener, a connection that has not authenticated this long
+    /// after it was accepted is closed (`sasl_authentication_timeout_ms`).
+    /// More than the 10 s a login may wait for a broker that just started to
+    /// hear of its users. Default 30000.
+    pub sasl_authentication_timeout: std::time::Duration,
+    /// On a SASL listener, the largest frame read before the connection
+    /// authenticated (Kafka's `sasl.server.max.receive.size`); at most
+    /// `socket_request_max_bytes`. Default 524288.
+    pub sasl_max_receive_bytes: usize,
+}
+
+impl ConnectionBounds {
+    fn from_raw(raw: &RawConfig, max_frame: usize) -> Result<ConnectionBounds, ConfigError> {
+        let ms = |key, value, default, min| {
+            in_range(key, value, default, min, i32::MAX as i64)
+                .map(|v| std::time::Duration::from_millis(v as u64))
+        };
+        let sasl_max_receive_bytes = in_range(
+            "sasl_server_max_receive_size",
+            raw.sasl_server_max_receive_size,
+            524_288.min(max_frame as i64),
+            1024,
+            max_frame as i64,
+        )? as usize;
+        Ok(ConnectionBounds {
+            max_unwritten_bytes: in_range(
+                "connection_max_unwritten_bytes",
+                raw.connection_max_unwritten_bytes,
+                1_048_576,
+                1024,
+                i32::MAX as i64,
+            )? as usize,
+            max_idle: ms(
+                "connections_max_idle_ms",
+                raw.connections_max_idle_ms,
+                600_000,
+                100,
+            )?,
+            sasl_authentication_timeout: ms(
+                "sasl_authentication_timeout_ms",
+                raw.sasl_authentication_timeout_ms,
+                30_000,
+                100,
+            )?,
+            sasl_max_receive_bytes,
+        })
+    }
+}
+
 /// How followers fetch (`replica_fetch_*`, the fetchers, the throttles) and
 /// which replica serves consumers.
 struct ReplicaFetching {
@@ -1712,6 +1783,32 @@ mod tests {
         assert_eq!(c.log_dir, PathBuf::from("data/broker-1"));
         assert_eq!(c.leader_replication_throttled_rate, None);
         assert_eq!(c.follower_replication_throttled_rate, None);
+    }
+
+    #[test]
+    fn connection_bounds_default_to_kafkas_and_the_pre_login_frame_fits_in_a_frame() {
+        let parse = |extra: &str| BrokerConfig::parse(&format!("{MINIMAL}\n{extra}"));
+        let c = parse("").unwrap().connection_bounds;
+        assert_eq!(c.max_unwritten_bytes, 1_048_576);
+        assert_eq!(c.max_idle, std::time::Duration::from_secs(600));
+        assert_eq!(
+            c.sasl_authentication_timeout,
+            std::time::Duration::from_secs(30)
+        );
+        assert_eq!(c.sasl_max_receive_bytes, 524_288);
+        // A smaller frame cap lowers the pre-login one's default with it.
+        let c = parse("socket_request_max_bytes = 100000\nmessage_max_bytes = 50000").unwrap();
+        assert_eq!(c.connection_bounds.sasl_max_receive_bytes, 100_000);
+        for bad in [
+            "socket_request_max_bytes = 100000\nmessage_max_bytes = 50000\nsasl_server_max_receive_size = 100001",
+            "connection_max_unwritten_bytes = 0",
+            "connections_max_idle_ms = 0",
+            "sasl_authentication_timeout_ms = -1",
+        ] {
+            let key = bad.lines().last().unwrap().split(' ').next().unwrap();
+            let err = parse(bad).unwrap_err().to_string();
+            assert!(err.contains(key), "{bad}: {err}");
+        }
     }
 
     #[test]

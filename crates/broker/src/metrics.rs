@@ -119,6 +119,8 @@ pub struct BrokerMetrics {
     pub(crate) authorization_failures: Counter,
     pub(crate) connections_refused: Counter,
     pub(crate) connections: Gauge,
+    pub(crate) connections_muted: Gauge,
+    pub(crate) connections_expired: Counter,
 }
 
 impl Default for BrokerMetrics {
@@ -145,6 +147,8 @@ impl BrokerMetrics {
             authorization_failures,
             connections_refused,
             connections,
+            connections_muted,
+            connections_expired,
         } = ConnectionMetrics::register(r);
         let PartitionCounts {
             under_replicated_partitions,
@@ -224,6 +228,8 @@ impl BrokerMetrics {
             authorization_failures,
             connections_refused,
             connections,
+            connections_muted,
+            connections_expired,
         }
     }
 
@@ -407,6 +413,8 @@ struct ConnectionMetrics {
     authorization_failures: Counter,
     connections_refused: Counter,
     connections: Gauge,
+    connections_muted: Gauge,
+    connections_expired: Counter,
 }
 
 impl ConnectionMetrics {
@@ -435,6 +443,18 @@ impl ConnectionMetrics {
                 "connections",
                 "Client and broker connections open on this broker's listeners",
                 Gauge::default(),
+            ),
+            connections_muted: registered(
+                r,
+                "connections_muted",
+                "Connections not read from until their client reads: answers over connection_max_unwritten_bytes, or queued_max_requests unanswered",
+                Gauge::default(),
+            ),
+            connections_expired: registered(
+                r,
+                "connections_expired",
+                "Connections closed for idleness (connections_max_idle_ms) or for not authenticating in time (sasl_authentication_timeout_ms)",
+                Counter::default(),
             ),
         }
     }

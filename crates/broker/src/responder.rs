@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 use parking_lot::Mutex;
 use syncline_proto::{frame, pb};
-use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -17,6 +17,118 @@ use crate::auth::Principal;
 use crate::config::SecurityProtocol;
 use crate::metrics::ApiMetrics;
 use crate::send::{FetchRegions, Outgoing};
+
+/// What a syncline connection's writer is given: an answer, and what it
+/// holds until written.
+pub(crate) type Queued = (Outgoing, Held);
+
+/// What an answer keeps until its bytes have been written (or dropped, the
+/// connection gone): its request's place among those in flight
+/// (`queued_max_requests`), the fetch budget it reserved, and its bytes'
+/// share of the connection's [`Backlog`]. So a client that stops reading
+/// stops being read: nothing it asked for is forgotten before it has left.
+#[derive(Debug, Default)]
+pub(crate) struct Held {
+    _in_flight: Option<OwnedSemaphorePermit>,
+    _reserved: Option<OwnedSemaphorePermit>,
+    _backlog: Option<BacklogShare>,
+}
+
+impl Held {
+    /// What an answer the listener makes itself holds (no request permit).
+    pub(crate) fn answer(conn: &ConnectionState, bytes: usize) -> Held {
+        Held {
+            _backlog: Some(conn.backlog.share(bytes)),
+            ..Held::default()
+        }
+    }
+}
+
+/// The bytes of a connection's answers queued in memory and not yet
+/// written, against `connection_max_unwritten_bytes`: before reading a request,
+/// the connection waits until they are at most that (Kafka mutes a channel
+/// while its answer is being sent). A fetch answer's record regions are sent
+/// from the files, not held: they count against the fetch budget instead.
+#[derive(Debug)]
+pub(crate) struct Backlog {
+    bytes: std::sync::atomic::AtomicUsize,
+    written: Notify,
+    cap: usize,
+    /// When a frame was last read or an answer last left: see
+    /// [`Backlog::last_progress`].
+    progress: Mutex<Instant>,
+}
+
+/// One answer's bytes in a [`Backlog`]: given back when dropped.
+#[derive(Debug)]
+pub(crate) struct BacklogShare {
+    backlog: Arc<Backlog>,
+    bytes: usize,
+}
+
+impl Backlog {
+    pub(crate) fn new(cap: usize) -> Arc<Backlog> {
+        Arc::new(Backlog {
+            bytes: Default::default(),
+            written: Notify::new(),
+            cap,
+            progress: Mutex::new(Instant::now()),
+        })
+    }
+
+    fn share(self: &Arc<Self>, bytes: usize) -> BacklogShare {
+        self.bytes
+            .fetch_add(bytes, std::sync::atomic::Ordering::AcqRel);
+        BacklogShare {
+            backlog: self.clone(),
+            bytes,
+        }
+    }
+
+    /// The bytes queued and not yet written.
+    pub(crate) fn unwritten(&self) -> usize {
+        self.bytes.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Whether a request may be read now; else [`Backlog::room`] waits.
+    pub(crate) fn has_room(&self) -> bool {
+        self.unwritten() <= self.cap
+    }
+
+    /// Waits until the unwritten bytes are within the cap.
+    pub(crate) async fn room(&self) {
+        loop {
+            let written = self.written.notified();
+            tokio::pin!(written);
+            written.as_mut().enable();
+            if self.has_room() {
+                return;
+            }
+            written.await;
+        }
+    }
+
+    /// Records that the connection moved: a frame was read.
+    pub(crate) fn progressed(&self) {
+        *self.progress.lock() = Instant::now();
+    }
+
+    /// When a frame was last read or an answer's bytes last left (what
+    /// `connections_max_idle_ms` counts from).
+    pub(crate) fn last_progress(&self) -> Instant {
+        *self.progress.lock()
+    }
+}
+
+impl Drop for BacklogShare {
+    fn drop(&mut self) {
+        self.backlog
+            .bytes
+            .fetch_sub(self.bytes, std::sync::atomic::Ordering::AcqRel);
+        self.backlog.progressed();
+        self.backlog.written.notify_waiters();
+    }
+}
 
 /// An operation waiting in a purgatory on behalf of a connection (a delayed
 /// fetch or produce): cancelled when the connection closes.
@@ -35,7 +147,9 @@ pub(crate) struct ConnectionState {
     pub listener: Arc<str>,
     /// The writer of a syncline connection; None on a Kafka listener, whose
     /// responders carry their own slot in the response order.
-    tx: Option<mpsc::UnboundedSender<(Outgoing, Option<OwnedSemaphorePermit>)>>,
+    tx: Option<mpsc::UnboundedSender<Queued>>,
+    /// Its answers' bytes not yet written.
+    pub backlog: Arc<Backlog>,
     /// Operations waiting in a purgatory on behalf of this connection: cancelled
     /// when it closes.
     pending: Mutex<Vec<Box<dyn Pending>>>,
@@ -65,11 +179,13 @@ impl ConnectionState {
         protocol: SecurityProtocol,
         certificate: Option<Arc<str>>,
         close: CancellationToken,
+        backlog: Arc<Backlog>,
     ) -> Arc<ConnectionState> {
         Arc::new(ConnectionState {
             listener,
             peer: peer.into(),
             tx: None,
+            backlog,
             pending: Mutex::new(Vec::new()),
             principal: OnceLock::new(),
             certificate,
@@ -83,15 +199,17 @@ impl ConnectionState {
     pub(crate) fn syncline(
         listener: Arc<str>,
         peer: &str,
-        tx: mpsc::UnboundedSender<(Outgoing, Option<OwnedSemaphorePermit>)>,
+        tx: mpsc::UnboundedSender<Queued>,
         protocol: SecurityProtocol,
         certificate: Option<Arc<str>>,
         close: CancellationToken,
+        backlog: Arc<Backlog>,
     ) -> Arc<ConnectionState> {
         Arc::new(ConnectionState {
             listener,
             peer: peer.into(),
             tx: Some(tx),
+            backlog,
             pending: Mutex::new(Vec::new()),
             principal: OnceLock::new(),
             certificate,
@@ -155,8 +273,8 @@ pub(crate) struct Responder {
     api: Option<Arc<ApiMetrics>>,
     started: Instant,
     /// Its place among the connection's requests in flight (none for the
-    /// broker's own requests).
-    _permit: Option<OwnedSemaphorePermit>,
+    /// broker's own requests): held until its answer is written.
+    permit: Option<OwnedSemaphorePermit>,
     /// The response bytes reserved for it (fetches): released once written.
     reserved: Option<OwnedSemaphorePermit>,
     /// Adds the parts of the request the authorizer refused.
@@ -194,7 +312,7 @@ impl std::fmt::Debug for PatchSlot {
 /// connection's writer waits on, in request order.
 pub(crate) struct KafkaReply {
     pub(crate) translate: Box<dyn FnOnce(pb::response::Body) -> Bytes + Send>,
-    pub(crate) slot: tokio::sync::oneshot::Sender<(Bytes, Option<OwnedSemaphorePermit>)>,
+    pub(crate) slot: tokio::sync::oneshot::Sender<(Bytes, Held)>,
 }
 
 impl std::fmt::Debug for KafkaReply {
@@ -218,7 +336,7 @@ impl Responder {
             to: ReplyTo::Syncline { correlation_id },
             api,
             started: Instant::now(),
-            _permit: Some(permit),
+            permit: Some(permit),
             reserved,
             patch: None,
         }
@@ -242,7 +360,7 @@ impl Responder {
             to: ReplyTo::Kafka(reply),
             api,
             started: Instant::now(),
-            _permit: Some(permit),
+            permit: Some(permit),
             reserved,
             patch: None,
         }
@@ -261,6 +379,7 @@ impl Responder {
             listener,
             peer: "this broker".into(),
             tx: None,
+            backlog: Backlog::new(usize::MAX),
             pending: Mutex::new(Vec::new()),
             principal: OnceLock::new(),
             certificate: None,
@@ -273,7 +392,7 @@ impl Responder {
             to: ReplyTo::Internal(tx),
             api: None,
             started: Instant::now(),
-            _permit: None,
+            permit: None,
             reserved: None,
             patch: None,
         };
@@ -299,7 +418,8 @@ impl Responder {
                 if let Some(api) = &self.api {
                     api.observe(self.started.elapsed(), bytes.len());
                 }
-                let _ = reply.slot.send((bytes, self.reserved.take()));
+                let held = self.held(bytes.len());
+                let _ = reply.slot.send((bytes, held));
             }
             ReplyTo::Syncline { correlation_id } => {
                 let response = pb::Response {
@@ -371,8 +491,18 @@ impl Responder {
             api.observe(self.started.elapsed(), out.len() as usize);
         }
         // The connection may have closed meanwhile: then nobody wants the answer.
+        let held = self.held(out.in_memory());
         if let Some(tx) = &self.conn.tx {
-            let _ = tx.send((out, self.reserved.take()));
+            let _ = tx.send((out, held));
+        }
+    }
+
+    /// What its answer of `bytes` bytes (in memory) holds until written.
+    fn held(&mut self, bytes: usize) -> Held {
+        Held {
+            _in_flight: self.permit.take(),
+            _reserved: self.reserved.take(),
+            _backlog: Some(self.conn.backlog.share(bytes)),
         }
     }
 
@@ -402,7 +532,7 @@ mod tests {
     /// connection's writer under the request's correlation id; only the last
     /// may leave fetched records in the segment files.
     #[tokio::test]
-    async fn each_responder_answers_where_its_request_came_from() {
+    async fn each_responder_answers_where_its_request_came_from_holding_its_place_until_written() {
         use tokio::sync::{oneshot, Semaphore};
         let error = || {
             pb::response::Body::Error(pb::ErrorResponse {
@@ -427,15 +557,25 @@ mod tests {
             SecurityProtocol::Plaintext,
             None,
             CancellationToken::new(),
+            Backlog::new(1 << 20),
         );
         let reply = KafkaReply {
             translate: Box::new(|_| Bytes::from_static(b"in Kafka's words")),
             slot,
         };
+        let backlog = conn.backlog.clone();
         let kafka = Responder::for_kafka(conn, None, permit(), None, reply);
         assert!(!kafka.zero_copy());
         kafka.send(error());
-        assert_eq!(kafka_answer.await.unwrap().0, "in Kafka's words");
+        let (bytes, held) = kafka_answer.await.unwrap();
+        assert_eq!(bytes, "in Kafka's words");
+        // Until the writer has written it, the answer keeps its request's
+        // place in flight and its bytes count as unwritten.
+        assert_eq!(permits.available_permits(), 1);
+        assert_eq!(backlog.unwritten(), bytes.len());
+        drop(held);
+        assert_eq!(permits.available_permits(), 2);
+        assert_eq!(backlog.unwritten(), 0);
 
         let (tx, mut writer) = mpsc::unbounded_channel();
         let conn = ConnectionState::syncline(
@@ -445,13 +585,20 @@ mod tests {
             SecurityProtocol::Plaintext,
             None,
             CancellationToken::new(),
+            Backlog::new(1 << 20),
         );
+        let backlog = conn.backlog.clone();
         let syncline = Responder::for_syncline(conn, 42, None, permit(), None);
         assert!(syncline.zero_copy());
         syncline.send(error());
-        let Ok((Outgoing::Frame(bytes), _)) = writer.try_recv() else {
+        let Ok((Outgoing::Frame(bytes), held)) = writer.try_recv() else {
             panic!("no frame queued for the writer");
         };
+        assert_eq!(permits.available_permits(), 1);
+        assert_eq!(backlog.unwritten(), bytes.len());
+        drop(held);
+        assert_eq!(permits.available_permits(), 2);
+        assert_eq!(backlog.unwritten(), 0);
         let response = frame::decode_response(bytes).unwrap();
         assert_eq!(response.correlation_id, 42);
         assert_eq!(response.body, Some(error()));
@@ -465,6 +612,7 @@ mod tests {
             SecurityProtocol::Ssl,
             Some("CN=alice,O=example".into()),
             CancellationToken::new(),
+            Backlog::new(1 << 20),
         );
         assert_eq!(
             conn.principal(),
@@ -482,6 +630,7 @@ mod tests {
             SecurityProtocol::SaslSsl,
             None,
             CancellationToken::new(),
+            Backlog::new(1 << 20),
         );
         assert_eq!(sasl.principal(), Principal::Anonymous);
         let metadata = pb::request::Body::Metadata(pb::MetadataRequest::default());

@@ -40,6 +40,21 @@ impl Outgoing {
             Outgoing::Chunks(chunks) => chunks.iter().map(Chunk::len).sum(),
         }
     }
+
+    /// The bytes it holds in memory (a fetch's record regions stay in the
+    /// files until written).
+    pub(crate) fn in_memory(&self) -> usize {
+        match self {
+            Outgoing::Frame(b) => b.len(),
+            Outgoing::Chunks(chunks) => chunks
+                .iter()
+                .map(|c| match c {
+                    Chunk::Bytes(b) => b.len(),
+                    Chunk::Region(_) => 0,
+                })
+                .sum(),
+        }
+    }
 }
 
 /// Why a connection's responses could not be written.

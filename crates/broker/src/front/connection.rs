@@ -7,7 +7,6 @@ use bytes::Bytes;
 use futures::StreamExt;
 use syncline_proto::pb;
 use tokio_util::codec::FramedRead;
-use tokio_util::sync::CancellationToken;
 
 use super::dispatch::Dispatch;
 use crate::auth::{Principal, SaslContext, SaslState};
@@ -106,27 +105,114 @@ pub(crate) fn sasl_context<'a>(
     }
 }
 
+/// How a connection reads its next request (see [`next_frame`]).
+pub(crate) struct Reading {
+    /// Frames larger than this are refused (`socket_request_max_bytes`).
+    max_frame: usize,
+    bounds: crate::config::ConnectionBounds,
+    /// When a SASL listener's connection must have authenticated by.
+    authenticate_by: tokio::time::Instant,
+}
+
+impl Reading {
+    pub(crate) fn new(config: &crate::config::BrokerConfig) -> Reading {
+        let bounds = config.connection_bounds.clone();
+        Reading {
+            max_frame: config.socket_request_max_bytes,
+            authenticate_by: tokio::time::Instant::now() + bounds.sasl_authentication_timeout,
+            bounds,
+        }
+    }
+}
+
 /// The next frame of a connection; `None` once it closed, the broker shuts
-/// down, or it sent a frame the codec refuses (too large: logged).
+/// down, or the connection must close: it sent a frame the codec refuses (too
+/// large), it was idle for `connections_max_idle_ms` (no frame read, no
+/// answer written), or on a SASL listener it did not authenticate within
+/// `sasl_authentication_timeout_ms` (logged, counted). Nothing is read while
+/// the connection's unwritten answers are over their cap, and until it
+/// authenticates a SASL listener's connection's frames are held to
+/// `sasl_server_max_receive_size`.
 pub(crate) async fn next_frame<R: tokio::io::AsyncRead + Unpin>(
     frames: &mut FramedRead<R, tokio_util::codec::LengthDelimitedCodec>,
-    shutdown: &CancellationToken,
-    peer: &str,
+    conn: &ConnectionState,
+    reading: &Reading,
+    broker: &dyn Dispatch,
 ) -> Option<Bytes> {
-    let next = tokio::select! {
-        _ = shutdown.cancelled() => return None,
-        next = frames.next() => next,
-    };
-    match next? {
-        Ok(b) => Some(b.freeze()),
-        // A TLS client that hung up without close_notify (most do): a close.
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-            tracing::debug!(%peer, error = %e, "connection closed");
-            None
-        }
-        Err(e) => {
-            tracing::warn!(%peer, error = %e, "closing connection: bad frame");
-            None
-        }
+    let authenticating = !conn.admits_unauthenticated(None);
+    frames
+        .decoder_mut()
+        .set_max_frame_length(if authenticating {
+            reading.bounds.sasl_max_receive_bytes
+        } else {
+            reading.max_frame
+        });
+    let metrics = broker.metrics();
+    loop {
+        let idle_by = conn.backlog.last_progress() + reading.bounds.max_idle;
+        let deadline = if authenticating {
+            idle_by.min(reading.authenticate_by)
+        } else {
+            idle_by
+        };
+        let read = if conn.backlog.has_room() {
+            tokio::select! {
+                _ = conn.close.cancelled() => return None,
+                next = frames.next() => Some(next),
+                _ = tokio::time::sleep_until(deadline) => None,
+            }
+        } else {
+            // Muted: the client does not read its answers.
+            let _muted = GaugeGuard::inc(&metrics.connections_muted);
+            tokio::select! {
+                _ = conn.close.cancelled() => return None,
+                _ = conn.backlog.room() => continue,
+                _ = tokio::time::sleep_until(deadline) => None,
+            }
+        };
+        let Some(next) = read else {
+            let now = tokio::time::Instant::now();
+            let why = if authenticating && now >= reading.authenticate_by {
+                metrics.authentication_failures.inc();
+                "did not authenticate within sasl_authentication_timeout_ms"
+            } else if now >= conn.backlog.last_progress() + reading.bounds.max_idle {
+                "idle for connections_max_idle_ms"
+            } else {
+                // An answer left meanwhile: the idle time starts again.
+                continue;
+            };
+            metrics.connections_expired.inc();
+            tracing::info!(peer = %conn.peer, why, "closing connection");
+            return None;
+        };
+        conn.backlog.progressed();
+        return match next? {
+            Ok(b) => Some(b.freeze()),
+            // A TLS client that hung up without close_notify (most do): a close.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                tracing::debug!(peer = %conn.peer, error = %e, "connection closed");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(peer = %conn.peer, error = %e, "closing connection: bad frame");
+                None
+            }
+        };
+    }
+}
+
+/// Adds one to a gauge for as long as it lives.
+pub(crate) struct GaugeGuard<'a>(&'a prometheus_client::metrics::gauge::Gauge);
+
+impl<'a> GaugeGuard<'a> {
+    pub(crate) fn inc(gauge: &'a prometheus_client::metrics::gauge::Gauge) -> GaugeGuard<'a> {
+        gauge.inc();
+        GaugeGuard(gauge)
+    }
+}
+
+impl Drop for GaugeGuard<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }

@@ -10,7 +10,9 @@
 //! listener does (inline, so appends keep the arrival order); responses leave in
 //! request order, as Kafka's clients require, each waiting for those before it.
 //! A Produce with acks=0 gets no response. Fetch responses are held to the same
-//! per-connection byte budget. Anything the listener does not speak (an unknown
+//! per-connection byte budget, and every answer (the listener's own too:
+//! ApiVersions, the SASL exchange) to the cap on unwritten bytes: a client that
+//! does not read is not read. Anything the listener does not speak (an unknown
 //! API, an unadvertised version, bytes that do not decode, a frame above
 //! `socket_request_max_bytes`) closes the connection, as Kafka's brokers do;
 //! an ApiVersions of a newer version is answered with the versions spoken.
@@ -19,27 +21,29 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use syncline_proto::{frame, pb, API_VERSION};
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
-use super::connection::{next_frame, sasl_step, Accepted};
+use super::connection::{next_frame, sasl_step, Accepted, Reading};
 use super::dispatch::Dispatch;
 use super::limits::RequestLimits;
 use crate::auth::SaslState;
-use crate::responder::{ConnectionState, KafkaReply, Responder};
+use crate::responder::{Backlog, ConnectionState, Held, KafkaReply, Responder};
 use syncline_kafka::codec;
 use syncline_kafka::translate::{self, Route};
 
 /// What the writer sends next: a response in request order (empty bytes close
-/// the connection), with the fetch budget it holds until written.
-type Slot = oneshot::Receiver<(Bytes, Option<OwnedSemaphorePermit>)>;
+/// the connection), with what it holds until written.
+type Slot = oneshot::Receiver<(Bytes, Held)>;
 
-/// Queues a response the listener makes itself, in its place in the order;
-/// false if the writer is gone.
-fn answer_now(tx: &mpsc::UnboundedSender<Slot>, answer: Bytes) -> bool {
+/// Queues a response the listener makes itself, in its place in the order
+/// (its bytes count against the connection's unwritten ones); false if the
+/// writer is gone.
+fn answer_now(tx: &mpsc::UnboundedSender<Slot>, conn: &ConnectionState, answer: Bytes) -> bool {
     let (slot_tx, slot) = oneshot::channel();
-    let _ = slot_tx.send((answer, None));
+    let held = Held::answer(conn, answer.len());
+    let _ = slot_tx.send((answer, held));
     tx.send(slot).is_ok()
 }
 
@@ -64,7 +68,7 @@ pub(crate) async fn connection(
         let mut frames = Vec::with_capacity(1);
         while let Some(slot) = rx.recv().await {
             // A request answered with nothing (acks=0) has its slot dropped.
-            let Ok((bytes, reserved)) = slot.await else {
+            let Ok((bytes, held)) = slot.await else {
                 continue;
             };
             if bytes.is_empty() {
@@ -76,23 +80,32 @@ pub(crate) async fn connection(
             {
                 break;
             }
-            drop(reserved);
+            drop(held);
         }
     });
     let close = shutdown.child_token();
-    let conn = ConnectionState::kafka(listener, &peer, protocol, certificate, close.clone());
+    let backlog = Backlog::new(config.connection_bounds.max_unwritten_bytes);
+    let conn = ConnectionState::kafka(
+        listener,
+        &peer,
+        protocol,
+        certificate,
+        close.clone(),
+        backlog,
+    );
     let limits = RequestLimits::new(config);
+    let reading = Reading::new(config);
     let mut sasl = SaslState::default();
     let mut frames = FramedRead::new(read_half, frame::codec(config.socket_request_max_bytes));
     loop {
-        let Some(bytes) = next_frame(&mut frames, &close, &peer).await else {
+        let Some(bytes) = next_frame(&mut frames, &conn, &reading, &*broker).await else {
             break;
         };
         let frame_len = bytes.len();
         let decoded = match codec::decode(bytes) {
             Ok(d) => d,
             Err(codec::Refused::Answer(answer)) => {
-                if !answer_now(&tx, answer) {
+                if !answer_now(&tx, &conn, answer) {
                     break;
                 }
                 continue;
@@ -111,7 +124,7 @@ pub(crate) async fn connection(
             .unwrap_or_default();
         let (body, reply) = match translate::route(decoded) {
             Route::Answer(answer) => {
-                if !answer_now(&tx, answer) {
+                if !answer_now(&tx, &conn, answer) {
                     break;
                 }
                 continue;
@@ -122,7 +135,7 @@ pub(crate) async fn connection(
         | pb::request::Body::SaslAuthenticate(_)) = body
         {
             let step = sasl_step(&conn, &*broker, &mut sasl, body).await;
-            if !answer_now(&tx, reply(step.response)) || step.close {
+            if !answer_now(&tx, &conn, reply(step.response)) || step.close {
                 break;
             }
             continue;
@@ -133,7 +146,9 @@ pub(crate) async fn connection(
             tracing::debug!(%peer, "closing an unauthenticated Kafka connection on a SASL listener");
             break;
         }
-        let Some((permit, reserved)) = limits.admit(config, Some(&body), &shutdown).await else {
+        let muted = &broker.metrics().connections_muted;
+        let Some((permit, reserved)) = limits.admit(config, Some(&body), &shutdown, muted).await
+        else {
             break;
         };
         let api = Some(broker.metrics().api(&body, frame_len));

@@ -10,7 +10,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 /// One connection's bounds, whatever its protocol: requests in flight
-/// (`queued_max_requests`) and the bytes its fetch responses may hold.
+/// (`queued_max_requests`, each holding its place until its answer is
+/// written) and the bytes its fetch responses may hold.
 pub(crate) struct RequestLimits {
     in_flight: Arc<Semaphore>,
     response_bytes: Arc<Semaphore>,
@@ -34,10 +35,19 @@ impl RequestLimits {
         config: &crate::config::BrokerConfig,
         body: Option<&pb::request::Body>,
         shutdown: &CancellationToken,
+        muted: &prometheus_client::metrics::gauge::Gauge,
     ) -> Option<(OwnedSemaphorePermit, Option<OwnedSemaphorePermit>)> {
-        let permit = tokio::select! {
-            _ = shutdown.cancelled() => return None,
-            p = self.in_flight.clone().acquire_owned() => p.expect("semaphore is never closed"),
+        let permit = match self.in_flight.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                // Muted: the client does not read its answers (they hold
+                // their places until written).
+                let _muted = super::connection::GaugeGuard::inc(muted);
+                tokio::select! {
+                    _ = shutdown.cancelled() => return None,
+                    p = self.in_flight.clone().acquire_owned() => p.expect("semaphore is never closed"),
+                }
+            }
         };
         let reserved = match body {
             Some(pb::request::Body::Fetch(f)) => {

@@ -13,23 +13,26 @@
 //! connection reserves what its response may hold (its `max_bytes`, capped by
 //! `fetch_max_bytes`, plus one batch) from a budget of `fetch_max_bytes +
 //! message_max_bytes`, and the reservation is released only once the response
-//! has been written to the socket. A client that stops reading therefore stops
-//! being read (TCP pushes back on it) instead of growing the broker's memory.
+//! has been written to the socket. A request's place in flight is given back
+//! then too, and no request is read while the answers not yet written hold
+//! more than `connection_max_unwritten_bytes`. A client that stops reading
+//! therefore stops being read (TCP pushes back on it) instead of growing the
+//! broker's memory.
 
 use std::sync::Arc;
 
 use syncline_proto::{frame, pb};
-use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::sync::mpsc;
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
-use super::connection::{next_frame, sasl_step, Accepted, SASL_REQUIRED};
+use super::connection::{next_frame, sasl_step, Accepted, Reading, SASL_REQUIRED};
 use super::dispatch::Dispatch;
 use super::limits::RequestLimits;
 use crate::auth::SaslState;
 use crate::net::BoxStream;
-use crate::responder::{ConnectionState, Responder};
-use crate::send::{Outgoing, Sink, WriteError};
+use crate::responder::{Backlog, ConnectionState, Queued, Responder};
+use crate::send::{Sink, WriteError};
 
 pub(crate) async fn connection(
     accepted: Accepted,
@@ -43,11 +46,20 @@ pub(crate) async fn connection(
         protocol,
         certificate,
     } = accepted;
-    let max_frame = broker.config().socket_request_max_bytes;
+    let config = broker.config();
     let (read_half, sink) = split(stream);
-    let (tx, mut rx) = mpsc::unbounded_channel::<(Outgoing, Option<OwnedSemaphorePermit>)>();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Queued>();
     let close = shutdown.child_token();
-    let conn = ConnectionState::syncline(listener, &peer, tx, protocol, certificate, close.clone());
+    let backlog = Backlog::new(config.connection_bounds.max_unwritten_bytes);
+    let conn = ConnectionState::syncline(
+        listener,
+        &peer,
+        tx,
+        protocol,
+        certificate,
+        close.clone(),
+        backlog,
+    );
     let writer_close = close.clone();
     let writer_peer = peer.clone();
     let metrics = broker.shared_metrics();
@@ -83,11 +95,12 @@ pub(crate) async fn connection(
         }
     });
 
-    let limits = RequestLimits::new(broker.config());
+    let limits = RequestLimits::new(config);
+    let reading = Reading::new(config);
     let mut sasl = SaslState::default();
-    let mut frames = FramedRead::new(read_half, frame::codec(max_frame));
+    let mut frames = FramedRead::new(read_half, frame::codec(config.socket_request_max_bytes));
     loop {
-        let Some(bytes) = next_frame(&mut frames, &close, &peer).await else {
+        let Some(bytes) = next_frame(&mut frames, &conn, &reading, &*broker).await else {
             break;
         };
         let frame_len = bytes.len();
@@ -99,7 +112,12 @@ pub(crate) async fn connection(
             }
         };
         let Some((permit, reserved)) = limits
-            .admit(broker.config(), request.body.as_ref(), &shutdown)
+            .admit(
+                config,
+                request.body.as_ref(),
+                &shutdown,
+                &broker.metrics().connections_muted,
+            )
             .await
         else {
             break;

@@ -120,6 +120,50 @@ async fn a_client_that_stops_reading_large_fetches_cannot_grow_the_broker() {
     drop(greedy);
 }
 
+/// On the Kafka listener too, and for the answers the listener makes itself
+/// (ApiVersions, answered before any login): a client that floods requests
+/// and never reads is muted once its unwritten answers are over
+/// `connection_max_unwritten_bytes`, and gets every answer, in order, when
+/// it reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_client_that_floods_api_versions_without_reading_stops_being_read() {
+    use tokio::io::AsyncReadExt;
+    const SENT: i32 = 50_000;
+    let cluster = Cluster::start(1, "connection_max_unwritten_bytes = 65536\n").await;
+    // ApiVersions v0: api key 18, version 0, the correlation id, no client id.
+    let mut flood = Vec::with_capacity(SENT as usize * 14);
+    for correlation_id in 0..SENT {
+        flood.extend_from_slice(&10u32.to_be_bytes());
+        flood.extend_from_slice(&18i16.to_be_bytes());
+        flood.extend_from_slice(&0i16.to_be_bytes());
+        flood.extend_from_slice(&correlation_id.to_be_bytes());
+        flood.extend_from_slice(&(-1i16).to_be_bytes());
+    }
+    let s = tokio::net::TcpStream::connect(cluster.node(1).kafka_addr())
+        .await
+        .unwrap();
+    let (mut r, mut w) = s.into_split();
+    let writer = tokio::spawn(async move {
+        w.write_all(&flood).await.unwrap();
+        w
+    });
+    wait_for("the flooding Kafka client muted", WAIT, || async {
+        cluster
+            .metric(1, "syncline_connections_muted")
+            .unwrap_or(0.0)
+            == 1.0
+    })
+    .await;
+    for correlation_id in 0..SENT {
+        let mut len = [0u8; 4];
+        r.read_exact(&mut len).await.unwrap();
+        let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+        r.read_exact(&mut body).await.unwrap();
+        assert_eq!(body[..4], correlation_id.to_be_bytes());
+    }
+    drop(writer.await.unwrap());
+}
+
 /// On a cluster inside the test process (`TestCluster`): part of the quick
 /// tier (`scripts/test.sh --quick`).
 mod in_process {
@@ -178,5 +222,195 @@ mod in_process {
                 .error_code,
             0
         );
+    }
+
+    /// Reads one answer frame of a syncline connection.
+    async fn read_answer(r: &mut tokio::net::tcp::OwnedReadHalf) -> pb::Response {
+        use tokio::io::AsyncReadExt;
+        let mut len = [0u8; 4];
+        r.read_exact(&mut len).await.unwrap();
+        let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+        r.read_exact(&mut body).await.unwrap();
+        frame::decode_response(body.into()).unwrap()
+    }
+
+    /// A client that sends request after request and never reads its answers
+    /// stops being read (the broker holds what it answered, not what it might
+    /// be asked): once its answers not yet written are over
+    /// `connection_max_unwritten_bytes`, and once `queued_max_requests` of
+    /// them wait, each answer holding its request's place until written. When
+    /// it reads, every answer comes, in order.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_that_never_reads_its_answers_stops_being_read() {
+        const SENT: i32 = 20_000;
+        for (bound, extra) in [
+            (
+                "unwritten bytes",
+                "queued_max_requests = 1000000\nconnection_max_unwritten_bytes = 65536\n",
+            ),
+            ("requests in flight", "queued_max_requests = 8\n"),
+        ] {
+            let cluster = TestCluster::start(1, extra).await;
+            cluster.create_topic("t", 3, 1, &[]).await;
+            let frames: Vec<_> = (0..SENT)
+                .map(|correlation_id| {
+                    frame::encode(&pb::Request {
+                        correlation_id,
+                        api_version: 0,
+                        client_id: "deaf".into(),
+                        body: Some(Body::Metadata(pb::MetadataRequest {
+                            topics: vec!["t".into()],
+                            ..Default::default()
+                        })),
+                    })
+                })
+                .collect();
+            let s = tokio::net::TcpStream::connect(&cluster.addrs[0])
+                .await
+                .unwrap();
+            let (mut r, mut w) = s.into_split();
+            let flood = tokio::spawn(async move {
+                frame::write_frames(&mut w, &frames).await.unwrap();
+                w
+            });
+            wait_for(
+                &format!("the deaf client muted ({bound})"),
+                WAIT,
+                || async { cluster.metric(1, "syncline_connections_muted") == 1.0 },
+            )
+            .await;
+            let served = cluster.metric(1, "syncline_requests_total{api=\"Metadata\"}");
+            println!("{bound}: muted after serving {served} of {SENT} unread requests");
+            assert!(served < SENT as f64, "{bound}: served all {served}");
+            for correlation_id in 0..SENT {
+                let answer = read_answer(&mut r).await;
+                assert_eq!(answer.correlation_id, correlation_id, "{bound}");
+            }
+            drop(flood.await.unwrap());
+            wait_for("the client unmuted", WAIT, || async {
+                cluster.metric(1, "syncline_connections_muted") == 0.0
+            })
+            .await;
+        }
+    }
+
+    /// A connection that neither sends a request nor is sent an answer for
+    /// `connections_max_idle_ms` is closed; one that keeps asking is not.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_idle_connection_is_closed_after_connections_max_idle_ms() {
+        use tokio::io::AsyncReadExt;
+        let cluster = TestCluster::start(1, "connections_max_idle_ms = 500\n").await;
+        cluster.create_topic("t", 1, 1, &[]).await;
+        let mut idle = tokio::net::TcpStream::connect(&cluster.addrs[0])
+            .await
+            .unwrap();
+        let busy = cluster.connect(1).await;
+        let started = tokio::time::Instant::now();
+        // The busy client asks every 100 ms until the idle one is closed.
+        let mut buf = [0u8; 1];
+        let closed = idle.read(&mut buf);
+        tokio::pin!(closed);
+        loop {
+            tokio::select! {
+                read = &mut closed => {
+                    assert_eq!(read.unwrap(), 0, "closed without an answer");
+                    break;
+                }
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                    let r = produce(&busy, "t", 0, 1, &[b"busy".to_vec()]).await.unwrap();
+                    assert_eq!(r.error_code, 0);
+                }
+            }
+            assert!(started.elapsed() < WAIT, "the idle connection stayed open");
+        }
+        assert!(started.elapsed() >= Duration::from_millis(500));
+        // (The broker's own heartbeats, every 2 s, may have been cut too.)
+        assert!(cluster.metric(1, "syncline_connections_expired_total") >= 1.0);
+        // The busy one, far older than the idle time by now, is still served.
+        let r = produce(&busy, "t", 0, 1, &[b"still".to_vec()])
+            .await
+            .unwrap();
+        assert_eq!(r.error_code, 0);
+    }
+
+    /// Whether the broker closes a raw connection that sends `bytes` (and
+    /// then nothing), within `within`.
+    async fn closed_within(addr: &str, bytes: &[u8], within: Duration) -> bool {
+        use tokio::io::AsyncReadExt;
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(bytes).await.unwrap();
+        let mut buf = [0u8; 64];
+        match tokio::time::timeout(within, s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => true,
+            Ok(Ok(n)) => panic!("answered {n} bytes"),
+            Err(_) => false,
+        }
+    }
+
+    /// A broker whose one listener is SASL_PLAINTEXT, with `extra` TOML
+    /// lines, started without waiting for it to serve clients (the harness's
+    /// clients do not log in); its address and the broker's metric `series`.
+    struct SaslBroker {
+        handle: syncline_broker::BrokerHandle,
+        addr: String,
+        _dir: tempfile::TempDir,
+    }
+
+    impl SaslBroker {
+        async fn start(extra: &str) -> SaslBroker {
+            use syncline_broker::net::Network as _;
+            let dir = tempfile::tempdir().unwrap();
+            let listener = syncline_broker::net::Tcp.bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap().to_string();
+            let text = syncline_e2e::inprocess::config_text(
+                1,
+                &addr,
+                std::slice::from_ref(&addr),
+                dir.path(),
+                &format!("listener_security_protocol_map = \"PLAINTEXT:SASL_PLAINTEXT\"\n{extra}"),
+                None,
+            );
+            let config = syncline_broker::BrokerConfig::parse(&text).unwrap();
+            let handle = syncline_broker::start_on(
+                config,
+                std::sync::Arc::new(syncline_broker::net::Tcp),
+                vec![listener],
+            )
+            .await
+            .unwrap();
+            SaslBroker {
+                handle,
+                addr,
+                _dir: dir,
+            }
+        }
+
+        fn metric(&self, series: &str) -> f64 {
+            syncline_e2e::parse_metrics(&self.handle.broker().metrics().encode())
+                .unwrap()
+                .into_iter()
+                .find(|(n, _)| n == series)
+                .map_or(0.0, |(_, v)| v)
+        }
+    }
+
+    /// On a SASL listener, what a connection that has not authenticated may
+    /// cost: a frame of at most `sasl_server_max_receive_size` (Kafka's 512 KiB
+    /// by default; a larger one is refused from its length, before its body is
+    /// read), and `sasl_authentication_timeout_ms` of the broker's time.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_unauthenticated_connection_gets_a_small_frame_and_a_deadline() {
+        let broker = SaslBroker::start("").await;
+        // 600 KiB announced, nothing sent after it: refused at once (it would
+        // otherwise wait for the body until the 30 s deadline).
+        let too_large = (600u32 << 10).to_be_bytes();
+        assert!(closed_within(&broker.addr, &too_large, Duration::from_secs(10)).await);
+        drop(broker);
+
+        let broker = SaslBroker::start("sasl_authentication_timeout_ms = 300\n").await;
+        let started = tokio::time::Instant::now();
+        assert!(closed_within(&broker.addr, &[], WAIT).await);
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        assert!(broker.metric("syncline_connections_expired_total") >= 1.0);
     }
 }
