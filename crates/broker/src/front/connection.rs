@@ -163,7 +163,7 @@ pub(crate) async fn next_frame<R: tokio::io::AsyncRead + Unpin>(
             }
         } else {
             // Muted: the client does not read its answers.
-            let _muted = GaugeGuard::inc(&metrics.connections_muted);
+            let _muted = super::limits::GaugeGuard::inc(&metrics.connections_muted);
             tokio::select! {
                 _ = conn.close.cancelled() => return None,
                 _ = conn.backlog.room() => continue,
@@ -198,21 +198,5 @@ pub(crate) async fn next_frame<R: tokio::io::AsyncRead + Unpin>(
                 None
             }
         };
-    }
-}
-
-/// Adds one to a gauge for as long as it lives.
-pub(crate) struct GaugeGuard<'a>(&'a prometheus_client::metrics::gauge::Gauge);
-
-impl<'a> GaugeGuard<'a> {
-    pub(crate) fn inc(gauge: &'a prometheus_client::metrics::gauge::Gauge) -> GaugeGuard<'a> {
-        gauge.inc();
-        GaugeGuard(gauge)
-    }
-}
-
-impl Drop for GaugeGuard<'_> {
-    fn drop(&mut self) {
-        self.0.dec();
     }
 }

@@ -42,7 +42,7 @@ impl RequestLimits {
             Err(_) => {
                 // Muted: the client does not read its answers (they hold
                 // their places until written).
-                let _muted = super::connection::GaugeGuard::inc(muted);
+                let _muted = GaugeGuard::inc(muted);
                 tokio::select! {
                     _ = shutdown.cancelled() => return None,
                     p = self.in_flight.clone().acquire_owned() => p.expect("semaphore is never closed"),
@@ -148,6 +148,22 @@ impl Drop for ConnectionSlot {
                 open.1.remove(&self.ip);
             }
         }
+    }
+}
+
+/// Adds one to a gauge for as long as it lives.
+pub(crate) struct GaugeGuard<'a>(&'a prometheus_client::metrics::gauge::Gauge);
+
+impl<'a> GaugeGuard<'a> {
+    pub(crate) fn inc(gauge: &'a prometheus_client::metrics::gauge::Gauge) -> GaugeGuard<'a> {
+        gauge.inc();
+        GaugeGuard(gauge)
+    }
+}
+
+impl Drop for GaugeGuard<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
