@@ -14,6 +14,12 @@
 //!   0 when the cache declines);
 //! - `(id, e > 0)`: an incremental fetch in session `id`, whose next epoch must be `e`;
 //! - `(id, -1)`: closes the session; the request is a full, sessionless fetch.
+//!
+//! A session belongs to whoever opened it: the connection's principal and the
+//! request's `replica_id`. Ids are drawn at random (as Kafka's), so that they
+//! cannot be guessed, and a request naming a session of another owner is
+//! answered as if the session did not exist (FETCH_SESSION_ID_NOT_FOUND; a
+//! close leaves it open).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,6 +28,7 @@ use parking_lot::Mutex;
 use syncline_proto::{pb, ErrorCode};
 use tokio::time::Instant;
 
+use crate::auth::Principal;
 use crate::send::FetchRegions;
 
 /// `session_epoch` of a request that starts a new session.
@@ -64,11 +71,35 @@ struct Sent {
     log_start_offset: i64,
 }
 
+/// Who a session belongs to: only requests of the same owner may use or
+/// close it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Owner {
+    /// The principal of the connection that opened it.
+    pub principal: Principal,
+    /// The request's `replica_id`: the follower's broker id, or negative for a
+    /// consumer.
+    pub replica_id: i32,
+}
+
+/// A new session's id: the first draw in `1..=i32::MAX` (Kafka's ids are
+/// positive; 0 means "no session") that no open session has. `draw` is
+/// random in the broker, so that one client cannot guess another's id.
+#[must_use]
+pub(crate) fn new_session_id(mut draw: impl FnMut() -> i32, taken: impl Fn(i32) -> bool) -> i32 {
+    loop {
+        let id = draw();
+        if id > 0 && !taken(id) {
+            return id;
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Session {
     /// The epoch the next request must carry.
     next_epoch: i32,
-    replica_id: i32,
+    owner: Owner,
     /// In the order they joined (the order fetches read them in).
     partitions: Vec<(FetchEntry, Option<Sent>)>,
     /// Where each partition is in `partitions`: a fetch looks up every one of
@@ -81,10 +112,10 @@ struct Session {
 }
 
 impl Session {
-    fn new(replica_id: i32, entries: &[FetchEntry], now: Instant) -> Session {
+    fn new(owner: Owner, entries: &[FetchEntry], now: Instant) -> Session {
         let mut session = Session {
             next_epoch: 1,
-            replica_id,
+            owner,
             partitions: Vec::with_capacity(entries.len()),
             index: HashMap::new(),
             last_used: now,
@@ -199,7 +230,6 @@ pub(crate) struct FetchSessionCache {
 #[derive(Debug)]
 struct Inner {
     sessions: HashMap<i32, Session>,
-    next_id: i32,
 }
 
 impl FetchSessionCache {
@@ -208,9 +238,6 @@ impl FetchSessionCache {
             max_slots,
             inner: Mutex::new(Inner {
                 sessions: HashMap::new(),
-                // Ids start somewhere random so a restarted broker does not hand out
-                // ids a client still holds from before.
-                next_id: (rand::random::<u32>() >> 1).max(1) as i32,
             }),
         }
     }
@@ -220,13 +247,19 @@ impl FetchSessionCache {
         self.inner.lock().sessions.len()
     }
 
-    /// Resolves a request: the partitions to fetch (for an incremental fetch, every
-    /// partition of the session, updated by the request) and the session context.
+    /// Resolves a request of `principal`: the partitions to fetch (for an
+    /// incremental fetch, every partition of the session, updated by the
+    /// request) and the session context.
     pub(crate) fn begin(
         &self,
         req: &pb::FetchRequest,
+        principal: &Principal,
         now: Instant,
     ) -> Result<(SessionContext, Vec<FetchEntry>), ErrorCode> {
+        let owner = Owner {
+            principal: principal.clone(),
+            replica_id: req.replica_id,
+        };
         let requested = || {
             req.topics
                 .iter()
@@ -256,19 +289,20 @@ impl FetchSessionCache {
                         inner.sessions.remove(&id);
                     }
                 }
-                let mut id = inner.next_id;
-                while id == 0 || inner.sessions.contains_key(&id) {
-                    id = id.checked_add(1).unwrap_or(1);
-                }
-                inner.next_id = id.checked_add(1).unwrap_or(1);
+                let id = new_session_id(
+                    || rand::random_range(1..=i32::MAX),
+                    |id| inner.sessions.contains_key(&id),
+                );
                 inner
                     .sessions
-                    .insert(id, Session::new(req.replica_id, &entries, now));
+                    .insert(id, Session::new(owner, &entries, now));
                 Ok((SessionContext::New { id }, entries))
             }
             (0, _) => Err(ErrorCode::InvalidFetchSessionEpoch),
             (id, FINAL_EPOCH) => {
-                inner.sessions.remove(&id);
+                if inner.sessions.get(&id).is_some_and(|s| s.owner == owner) {
+                    inner.sessions.remove(&id);
+                }
                 Ok((SessionContext::Sessionless, requested()))
             }
             (id, epoch) => {
@@ -276,7 +310,7 @@ impl FetchSessionCache {
                     .sessions
                     .get_mut(&id)
                     .ok_or(ErrorCode::FetchSessionIdNotFound)?;
-                if session.replica_id != req.replica_id {
+                if session.owner != owner {
                     return Err(ErrorCode::FetchSessionIdNotFound);
                 }
                 if epoch != session.next_epoch {
@@ -345,6 +379,17 @@ impl FetchSessionCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl FetchSessionCache {
+        /// [`FetchSessionCache::begin`] for an unauthenticated connection.
+        fn begin_anonymous(
+            &self,
+            req: &pb::FetchRequest,
+            now: Instant,
+        ) -> Result<(SessionContext, Vec<FetchEntry>), ErrorCode> {
+            self.begin(req, &Principal::Anonymous, now)
+        }
+    }
 
     fn part(partition: i32, fetch_offset: i64) -> pb::FetchPartition {
         pb::FetchPartition {
@@ -415,7 +460,7 @@ mod tests {
         let cache = FetchSessionCache::new(10);
         let t0 = Instant::now();
         let (ctx, entries) = cache
-            .begin(&req(0, 0, vec![part(0, 5), part(1, 7)], vec![]), t0)
+            .begin_anonymous(&req(0, 0, vec![part(0, 5), part(1, 7)], vec![]), t0)
             .unwrap();
         let SessionContext::New { id } = ctx else {
             panic!("{ctx:?}")
@@ -433,7 +478,7 @@ mod tests {
         // Incremental: partition 0 moved on; partition 1 is not mentioned but is still
         // fetched at its remembered offset.
         let (ctx, entries) = cache
-            .begin(&req(id, 1, vec![part(0, 9)], vec![]), t0)
+            .begin_anonymous(&req(id, 1, vec![part(0, 9)], vec![]), t0)
             .unwrap();
         assert_eq!(ctx, SessionContext::Incremental { id });
         let offsets: Vec<(i32, i64)> = entries
@@ -446,12 +491,16 @@ mod tests {
         cache.finish(ctx, &mut r, &FetchRegions::default());
         assert_eq!(partitions_in(&r), vec![1]);
         // An HW change is news even without records.
-        let (ctx, _) = cache.begin(&req(id, 2, vec![], vec![]), t0).unwrap();
+        let (ctx, _) = cache
+            .begin_anonymous(&req(id, 2, vec![], vec![]), t0)
+            .unwrap();
         let mut r = response(&[(0, 9, 0), (1, 7, 0)]);
         cache.finish(ctx, &mut r, &FetchRegions::default());
         assert_eq!(partitions_in(&r), vec![0]);
         // Forgetting a partition.
-        let (_, entries) = cache.begin(&req(id, 3, vec![], vec![1]), t0).unwrap();
+        let (_, entries) = cache
+            .begin_anonymous(&req(id, 3, vec![], vec![1]), t0)
+            .unwrap();
         assert_eq!(
             entries.iter().map(|e| e.partition).collect::<Vec<_>>(),
             vec![0]
@@ -463,33 +512,37 @@ mod tests {
         let cache = FetchSessionCache::new(10);
         let t0 = Instant::now();
         let (ctx, _) = cache
-            .begin(&req(0, 0, vec![part(0, 0)], vec![]), t0)
+            .begin_anonymous(&req(0, 0, vec![part(0, 0)], vec![]), t0)
             .unwrap();
         let id = ctx.session_id();
         assert_eq!(
-            cache.begin(&req(id, 5, vec![], vec![]), t0).unwrap_err(),
+            cache
+                .begin_anonymous(&req(id, 5, vec![], vec![]), t0)
+                .unwrap_err(),
             ErrorCode::InvalidFetchSessionEpoch
         );
         assert_eq!(
             cache
-                .begin(&req(id + 1, 1, vec![], vec![]), t0)
+                .begin_anonymous(&req(id + 1, 1, vec![], vec![]), t0)
                 .unwrap_err(),
             ErrorCode::FetchSessionIdNotFound
         );
         assert_eq!(
-            cache.begin(&req(0, 3, vec![], vec![]), t0).unwrap_err(),
+            cache
+                .begin_anonymous(&req(0, 3, vec![], vec![]), t0)
+                .unwrap_err(),
             ErrorCode::InvalidFetchSessionEpoch
         );
         // Another replica cannot use the session.
         let mut other = req(id, 1, vec![], vec![]);
         other.replica_id = 3;
         assert_eq!(
-            cache.begin(&other, t0).unwrap_err(),
+            cache.begin_anonymous(&other, t0).unwrap_err(),
             ErrorCode::FetchSessionIdNotFound
         );
         // Closing it.
         let (ctx, _) = cache
-            .begin(&req(id, FINAL_EPOCH, vec![part(0, 0)], vec![]), t0)
+            .begin_anonymous(&req(id, FINAL_EPOCH, vec![part(0, 0)], vec![]), t0)
             .unwrap();
         assert_eq!(ctx, SessionContext::Sessionless);
         assert_eq!(cache.len(), 0);
@@ -500,12 +553,12 @@ mod tests {
         let cache = FetchSessionCache::new(2);
         let t0 = Instant::now();
         let a = cache
-            .begin(&req(0, 0, vec![part(0, 0)], vec![]), t0)
+            .begin_anonymous(&req(0, 0, vec![part(0, 0)], vec![]), t0)
             .unwrap()
             .0
             .session_id();
         let b = cache
-            .begin(
+            .begin_anonymous(
                 &req(0, 0, vec![part(0, 0)], vec![]),
                 t0 + std::time::Duration::from_millis(1),
             )
@@ -514,13 +567,13 @@ mod tests {
             .session_id();
         // a is used again, so b is the least recently used.
         cache
-            .begin(
+            .begin_anonymous(
                 &req(a, 1, vec![], vec![]),
                 t0 + std::time::Duration::from_millis(2),
             )
             .unwrap();
         let c = cache
-            .begin(
+            .begin_anonymous(
                 &req(0, 0, vec![part(0, 0)], vec![]),
                 t0 + std::time::Duration::from_millis(3),
             )
@@ -529,12 +582,16 @@ mod tests {
             .session_id();
         assert_eq!(cache.len(), 2);
         assert_ne!(c, 0, "a new session, not a declined one");
-        assert!(cache.begin(&req(b, 1, vec![], vec![]), t0).is_err());
-        assert!(cache.begin(&req(a, 2, vec![], vec![]), t0).is_ok());
+        assert!(cache
+            .begin_anonymous(&req(b, 1, vec![], vec![]), t0)
+            .is_err());
+        assert!(cache
+            .begin_anonymous(&req(a, 2, vec![], vec![]), t0)
+            .is_ok());
         // No slots at all: sessions are declined, fetches still work.
         let none = FetchSessionCache::new(0);
         assert_eq!(
-            none.begin(&req(0, 0, vec![part(0, 0)], vec![]), t0)
+            none.begin_anonymous(&req(0, 0, vec![part(0, 0)], vec![]), t0)
                 .unwrap()
                 .0,
             SessionContext::Sessionless
@@ -547,13 +604,13 @@ mod tests {
         let t0 = Instant::now();
         let parts = (0..n).map(|p| part(p, 0)).collect();
         let id = cache
-            .begin(&req(0, 0, parts, vec![]), t0)
+            .begin_anonymous(&req(0, 0, parts, vec![]), t0)
             .unwrap()
             .0
             .session_id();
         let mut r = req(id, 1, vec![], vec![]);
         r.forgotten_topics_data = forgotten;
-        let (_, entries) = cache.begin(&r, t0).unwrap();
+        let (_, entries) = cache.begin_anonymous(&r, t0).unwrap();
         let steps = cache.inner.lock().sessions[&id].steps;
         (steps, entries.iter().map(|e| e.partition).collect())
     }
@@ -589,5 +646,93 @@ mod tests {
         let (steps, left) = forget_steps(n, many);
         assert!(steps <= 101_000 + n as usize, "{steps} steps");
         assert_eq!(left, (0..n).filter(|p| p % 2 == 1).collect::<Vec<_>>());
+    }
+
+    /// Kafka's testNewSessionId: ids are positive, never 0, never one in use;
+    /// the draw is retried until it gives such an id.
+    #[test]
+    fn new_session_id() {
+        let table: &[(&[i32], &[i32], i32)] = &[
+            // draws, ids in use, the id chosen
+            (&[7], &[], 7),
+            (&[0, 7], &[], 7),
+            (&[-5, i32::MIN, 9], &[], 9),
+            (&[3, 3, 4], &[3], 4),
+            (&[i32::MAX], &[1], i32::MAX),
+        ];
+        for (draws, taken, want) in table {
+            let mut draws = draws.iter().copied();
+            let got = super::new_session_id(|| draws.next().unwrap(), |id| taken.contains(&id));
+            assert_eq!(got, *want, "draws {draws:?}, taken {taken:?}");
+        }
+    }
+
+    /// A client cannot guess another's session from its own: the ids of
+    /// sessions opened one after another are not consecutive (the chance of
+    /// 100 random ids in a row each one above the last is nil).
+    #[test]
+    fn session_ids_cannot_be_guessed_from_one_another() {
+        let cache = FetchSessionCache::new(1_000);
+        let t0 = Instant::now();
+        let ids: Vec<i32> = (0..100)
+            .map(|_| {
+                cache
+                    .begin_anonymous(&req(0, 0, vec![part(0, 0)], vec![]), t0)
+                    .unwrap()
+                    .0
+                    .session_id()
+            })
+            .collect();
+        assert!(ids.iter().all(|id| *id > 0), "{ids:?}");
+        let steps = ids.windows(2).filter(|w| w[1] == w[0] + 1).count();
+        assert!(
+            steps < 10,
+            "{steps} of 99 ids follow the one before: {ids:?}"
+        );
+    }
+
+    /// A session belongs to the principal (and replica id) that opened it:
+    /// another principal's request naming it is told it does not exist, and
+    /// another's close leaves it open. Its owner may still use and close it.
+    #[test]
+    fn a_session_is_used_and_closed_by_its_owner_only() {
+        let cache = FetchSessionCache::new(10);
+        let t0 = Instant::now();
+        let alice = Principal::User("alice".into());
+        let mallory = Principal::User("mallory".into());
+        let mut open = req(0, 0, vec![part(0, 0)], vec![]);
+        open.replica_id = -1;
+        let id = cache.begin(&open, &alice, t0).unwrap().0.session_id();
+        let mut next = req(id, 1, vec![part(1, 0)], vec![]);
+        next.replica_id = -1;
+        assert_eq!(
+            cache.begin(&next, &mallory, t0).unwrap_err(),
+            ErrorCode::FetchSessionIdNotFound
+        );
+        assert_eq!(
+            cache.begin(&next, &Principal::Anonymous, t0).unwrap_err(),
+            ErrorCode::FetchSessionIdNotFound
+        );
+        // A close by another is a sessionless fetch that closes nothing.
+        let mut close = req(id, FINAL_EPOCH, vec![part(0, 0)], vec![]);
+        close.replica_id = -1;
+        let (ctx, _) = cache.begin(&close, &mallory, t0).unwrap();
+        assert_eq!(ctx, SessionContext::Sessionless);
+        assert_eq!(cache.len(), 1);
+        // A broker's principal with the follower's replica id is no owner either.
+        let mut as_follower = next.clone();
+        as_follower.replica_id = 2;
+        assert_eq!(
+            cache
+                .begin(&as_follower, &Principal::Broker(2), t0)
+                .unwrap_err(),
+            ErrorCode::FetchSessionIdNotFound
+        );
+        // The owner's requests were not disturbed: its epoch is still 1.
+        let (ctx, entries) = cache.begin(&next, &alice, t0).unwrap();
+        assert_eq!(ctx, SessionContext::Incremental { id });
+        assert_eq!(entries.len(), 2);
+        cache.begin(&close, &alice, t0).unwrap();
+        assert_eq!(cache.len(), 0);
     }
 }

@@ -366,7 +366,8 @@ impl ReplicaManager {
         responder: Responder,
         may_read: Option<crate::authorizer::TopicFilter>,
     ) {
-        let (session, entries) = match self.fetch_sessions.begin(&req, Instant::now()) {
+        let principal = responder.connection().principal();
+        let (session, entries) = match self.fetch_sessions.begin(&req, &principal, Instant::now()) {
             Ok(resolved) => resolved,
             Err(code) => {
                 responder.send(pb::response::Body::Fetch(pb::FetchResponse {
