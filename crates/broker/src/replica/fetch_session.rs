@@ -27,6 +27,11 @@
 //! follower's outranking any client's, a larger one a smaller one that is not
 //! new itself. A client's session never evicts a follower's that is in use.
 //!
+//! A session holds at most `max_partitions` partitions (any partition named,
+//! hosted here or not, counts): a request opening a larger one gets no
+//! session, an incremental fetch growing one past it closes it and is told
+//! FETCH_SESSION_ID_NOT_FOUND, after which the client fetches in full.
+//!
 //! Each session has a lock of its own: the cache's lock is held to find,
 //! insert or evict a session (constant or logarithmic in the number of
 //! sessions), a session's for as long as the request's partitions take.
@@ -304,6 +309,7 @@ impl SessionContext {
 #[derive(Debug)]
 pub(crate) struct FetchSessionCache {
     max_slots: usize,
+    max_partitions: usize,
     eviction_after: Duration,
     inner: Mutex<Inner>,
 }
@@ -373,13 +379,18 @@ impl Inner {
 }
 
 impl FetchSessionCache {
-    pub(crate) fn new(max_slots: usize) -> FetchSessionCache {
-        FetchSessionCache::with_eviction_after(max_slots, EVICTION_AFTER)
+    pub(crate) fn new(max_slots: usize, max_partitions: usize) -> FetchSessionCache {
+        FetchSessionCache::with_eviction_after(max_slots, max_partitions, EVICTION_AFTER)
     }
 
-    fn with_eviction_after(max_slots: usize, eviction_after: Duration) -> FetchSessionCache {
+    fn with_eviction_after(
+        max_slots: usize,
+        max_partitions: usize,
+        eviction_after: Duration,
+    ) -> FetchSessionCache {
         FetchSessionCache {
             max_slots,
+            max_partitions,
             eviction_after,
             inner: Mutex::new(Inner::default()),
         }
@@ -423,6 +434,9 @@ impl FetchSessionCache {
                 }
                 // Built before the cache's lock is taken: the request's work.
                 let session = Session::new(&entries);
+                if session.partitions.len() > self.max_partitions {
+                    return Ok((SessionContext::Sessionless, entries));
+                }
                 let newcomer = Worth {
                     follower: owner.replica_id >= 0,
                     size: session.partitions.len(),
@@ -492,6 +506,18 @@ impl FetchSessionCache {
                     for p in &t.partitions {
                         s.upsert(FetchEntry::from_request(&topic, p));
                     }
+                }
+                if s.partitions.len() > self.max_partitions {
+                    drop(s);
+                    let mut inner = self.inner.lock();
+                    if inner
+                        .sessions
+                        .get(&id)
+                        .is_some_and(|slot| Arc::ptr_eq(&slot.session, &session))
+                    {
+                        inner.remove(id);
+                    }
+                    return Err(ErrorCode::FetchSessionIdNotFound);
                 }
                 s.next_epoch = s.next_epoch.checked_add(1).unwrap_or(1);
                 let entries: Vec<FetchEntry> =
@@ -637,7 +663,7 @@ mod tests {
 
     #[test]
     fn a_session_remembers_partitions_and_answers_only_news() {
-        let cache = FetchSessionCache::new(10);
+        let cache = FetchSessionCache::new(10, 1_000_000);
         let t0 = Instant::now();
         let (ctx, entries) = cache
             .begin_anonymous(&req(0, 0, vec![part(0, 5), part(1, 7)], vec![]), t0)
@@ -689,7 +715,7 @@ mod tests {
 
     #[test]
     fn wrong_epochs_and_unknown_sessions_are_refused() {
-        let cache = FetchSessionCache::new(10);
+        let cache = FetchSessionCache::new(10, 1_000_000);
         let t0 = Instant::now();
         let (ctx, _) = cache
             .begin_anonymous(&req(0, 0, vec![part(0, 0)], vec![]), t0)
@@ -730,7 +756,7 @@ mod tests {
 
     #[test]
     fn the_cache_is_bounded_and_evicts_the_least_recently_used() {
-        let cache = FetchSessionCache::new(2);
+        let cache = FetchSessionCache::new(2, 1_000_000);
         let t0 = Instant::now();
         let a = cache
             .begin_anonymous(&req(0, 0, vec![part(0, 0)], vec![]), t0)
@@ -781,7 +807,7 @@ mod tests {
             .begin_anonymous(&req(a, 2, vec![], vec![]), t0)
             .is_ok());
         // No slots at all: sessions are declined, fetches still work.
-        let none = FetchSessionCache::new(0);
+        let none = FetchSessionCache::new(0, 1_000_000);
         assert_eq!(
             none.begin_anonymous(&req(0, 0, vec![part(0, 0)], vec![]), t0)
                 .unwrap()
@@ -792,7 +818,7 @@ mod tests {
 
     /// A session of `n` partitions of topic "t", and what its forget cost.
     fn forget_steps(n: i32, forgotten: Vec<pb::ForgottenTopic>) -> (usize, Vec<i32>) {
-        let cache = FetchSessionCache::new(1);
+        let cache = FetchSessionCache::new(1, 1_000_000);
         let t0 = Instant::now();
         let parts = (0..n).map(|p| part(p, 0)).collect();
         let id = cache
@@ -864,7 +890,7 @@ mod tests {
     /// 100 random ids in a row each one above the last is nil).
     #[test]
     fn session_ids_cannot_be_guessed_from_one_another() {
-        let cache = FetchSessionCache::new(1_000);
+        let cache = FetchSessionCache::new(1_000, 1_000_000);
         let t0 = Instant::now();
         let ids: Vec<i32> = (0..100)
             .map(|_| {
@@ -888,7 +914,7 @@ mod tests {
     /// another's close leaves it open. Its owner may still use and close it.
     #[test]
     fn a_session_is_used_and_closed_by_its_owner_only() {
-        let cache = FetchSessionCache::new(10);
+        let cache = FetchSessionCache::new(10, 1_000_000);
         let t0 = Instant::now();
         let alice = Principal::User("alice".into());
         let mallory = Principal::User("mallory".into());
@@ -941,6 +967,7 @@ mod tests {
             Harness {
                 cache: FetchSessionCache::with_eviction_after(
                     slots,
+                    1_000_000,
                     Duration::from_millis(eviction_after_ms),
                 ),
                 t0: Instant::now(),
@@ -1199,5 +1226,58 @@ mod tests {
         assert_eq!(h.open(-1, 1, 310), 0, "f is not stale yet");
         let y = h.open(-1, 1, 311);
         assert_eq!(h.open_ids(), ids([g, y]));
+    }
+
+    /// A session holds at most `max_partitions` partitions, unknown ones
+    /// counted like any: a request opening a larger one is answered without
+    /// a session; an incremental fetch that grows one past the cap closes it
+    /// and is told FETCH_SESSION_ID_NOT_FOUND (the client starts over with a
+    /// full fetch, which is then declined a session). Forgetting first makes
+    /// room.
+    #[test]
+    fn a_session_holds_at_most_max_partitions() {
+        let cache = FetchSessionCache::new(10, 3);
+        let t0 = Instant::now();
+        let parts = |range: std::ops::Range<i32>| range.map(|p| part(p, 0)).collect::<Vec<_>>();
+        let (ctx, entries) = cache
+            .begin_anonymous(&req(0, 0, parts(0..4), vec![]), t0)
+            .unwrap();
+        assert_eq!(ctx, SessionContext::Sessionless, "4 partitions, cap 3");
+        assert_eq!(entries.len(), 4, "answered in full all the same");
+        assert_eq!(cache.len(), 0);
+        // A partition named twice is one partition.
+        let mut twice = parts(0..3);
+        twice.push(part(2, 5));
+        let id = cache
+            .begin_anonymous(&req(0, 0, twice, vec![]), t0)
+            .unwrap()
+            .0
+            .session_id();
+        assert_ne!(id, 0);
+        // Replacing one (forget 0, add 3) stays within the cap.
+        let (_, entries) = cache
+            .begin_anonymous(&req(id, 1, parts(3..4), vec![0]), t0)
+            .unwrap();
+        assert_eq!(
+            entries.iter().map(|e| e.partition).collect::<Vec<_>>(),
+            vec![1, 2, 3]
+        );
+        // Growing past it, with partitions no broker hosts: the session is gone.
+        let mut grow = req(id, 2, vec![], vec![]);
+        grow.topics = vec![pb::FetchTopic {
+            topic: "no-such-topic".into(),
+            partitions: parts(0..1),
+        }];
+        assert_eq!(
+            cache.begin_anonymous(&grow, t0).unwrap_err(),
+            ErrorCode::FetchSessionIdNotFound
+        );
+        assert_eq!(cache.len(), 0);
+        assert_eq!(
+            cache
+                .begin_anonymous(&req(id, 3, vec![], vec![]), t0)
+                .unwrap_err(),
+            ErrorCode::FetchSessionIdNotFound
+        );
     }
 }

@@ -127,6 +127,7 @@ impl ReplicaManager {
             leader_quota,
             fetch_sessions: Arc::new(FetchSessionCache::new(
                 config.max_incremental_fetch_session_cache_slots,
+                config.max_incremental_fetch_session_partitions,
             )),
             local_id: config.node_id,
             config,
