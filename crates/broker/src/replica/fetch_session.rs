@@ -401,6 +401,11 @@ impl FetchSessionCache {
         self.inner.lock().sessions.len()
     }
 
+    /// The open sessions' ids, in no order.
+    pub(crate) fn ids(&self) -> Vec<i32> {
+        self.inner.lock().sessions.keys().copied().collect()
+    }
+
     /// Resolves a request of `principal`: the partitions to fetch (for an
     /// incremental fetch, every partition of the session, updated by the
     /// request) and the session context.

@@ -170,6 +170,11 @@ impl ReplicaManager {
         self.fetch_sessions.len()
     }
 
+    /// The ids of the open incremental fetch sessions, in no order.
+    pub fn fetch_session_ids(&self) -> Vec<i32> {
+        self.fetch_sessions.ids()
+    }
+
     /// (fetch, produce) purgatory sizes.
     pub fn purgatory_sizes(&self) -> (usize, usize) {
         (
