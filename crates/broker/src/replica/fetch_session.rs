@@ -113,9 +113,10 @@ pub(crate) fn new_session_id(mut draw: impl FnMut() -> i32, taken: impl Fn(i32) 
 
 /// How long a session may go unused before any newcomer may evict it, and
 /// how old a session must be before a larger newcomer may (Kafka's
-/// `MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS`). A follower fetches at least
-/// every `replica_fetch_wait_max_ms`: its session goes stale only when it has
-/// stopped fetching (and has long left the ISR).
+/// `MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS`). A follower fetches every
+/// few seconds even when idle (an idle fetcher waits at most 5 s): its
+/// session goes stale only once it has stopped fetching (by default, long
+/// after it has left the ISR: `replica_lag_time_max_ms` is 30 s).
 pub(crate) const EVICTION_AFTER: Duration = Duration::from_secs(120);
 
 /// What a session is worth keeping, least first (Kafka's `EvictableKey`): a
