@@ -447,6 +447,7 @@ struct RawConfig {
     leader_replication_throttled_rate: Option<i64>,
     follower_replication_throttled_rate: Option<i64>,
     max_incremental_fetch_session_cache_slots: Option<i64>,
+    max_incremental_fetch_session_partitions: Option<i64>,
     replica_selector: Option<String>,
     replica_high_watermark_checkpoint_interval_ms: Option<i64>,
     unclean_leader_election_enable: Option<bool>,
@@ -618,9 +619,19 @@ pub struct BrokerConfig {
     /// `None`: unthrottled.
     pub follower_replication_throttled_rate: Option<u64>,
     /// Incremental fetch sessions (KIP-227) the broker keeps for fetchers and
-    /// consumers, least recently used evicted first; 0 declines them (Kafka's
-    /// `max.incremental.fetch.session.cache.slots`). Default 1000.
+    /// consumers; 0 declines them (Kafka's
+    /// `max.incremental.fetch.session.cache.slots`). Default 1000. A full
+    /// cache evicts as Kafka's does: a session unused for two minutes first,
+    /// else a smaller one (not opened in the last two minutes) for a larger,
+    /// a client's for a follower's; a client's never evicts a follower's.
     pub max_incremental_fetch_session_cache_slots: usize,
+    /// The partitions one fetch session may hold (syncline's own; Kafka has
+    /// no such bound). A request opening a larger session is answered
+    /// without one; an incremental fetch growing a session past it closes
+    /// the session (FETCH_SESSION_ID_NOT_FOUND: the client goes back to full
+    /// fetches). Bounds the memory and the per-fetch work a client can make
+    /// one session cost. Default 10000.
+    pub max_incremental_fetch_session_partitions: usize,
     /// Which replica consumers read from (Kafka's `replica.selector.class`):
     /// `"leader"` or `"rack_aware"` in the file. Default `"leader"`.
     pub replica_selector: ReplicaSelector,
@@ -936,6 +947,7 @@ impl BrokerConfig {
             replica_fetch_backoff_ms: fetching.backoff_ms,
             replica_selector: fetching.selector,
             max_incremental_fetch_session_cache_slots: fetching.session_cache_slots,
+            max_incremental_fetch_session_partitions: fetching.session_partitions,
             num_replica_fetchers: fetching.num_fetchers,
             leader_replication_throttled_rate: fetching.leader_throttled_rate,
             follower_replication_throttled_rate: fetching.follower_throttled_rate,
@@ -1531,6 +1543,7 @@ struct ReplicaFetching {
     backoff_ms: u64,
     selector: ReplicaSelector,
     session_cache_slots: usize,
+    session_partitions: usize,
     num_fetchers: usize,
     leader_throttled_rate: Option<u64>,
     follower_throttled_rate: Option<u64>,
@@ -1584,6 +1597,13 @@ impl ReplicaFetching {
                 1000,
                 0,
                 1_000_000,
+            )? as usize,
+            session_partitions: in_range(
+                "max_incremental_fetch_session_partitions",
+                raw.max_incremental_fetch_session_partitions,
+                10_000,
+                1,
+                10_000_000,
             )? as usize,
             num_fetchers: in_range("num_replica_fetchers", raw.num_replica_fetchers, 1, 1, 64)?
                 as usize,
@@ -1783,6 +1803,8 @@ mod tests {
         assert_eq!(c.log_dir, PathBuf::from("data/broker-1"));
         assert_eq!(c.leader_replication_throttled_rate, None);
         assert_eq!(c.follower_replication_throttled_rate, None);
+        assert_eq!(c.max_incremental_fetch_session_cache_slots, 1_000);
+        assert_eq!(c.max_incremental_fetch_session_partitions, 10_000);
     }
 
     #[test]
@@ -1850,6 +1872,10 @@ mod tests {
             ("process_roles = \"broker,toaster\"", "process_roles"),
             ("node_id_x = 3", "node_id_x"),
             ("num_partitions = \"three\"", "num_partitions"),
+            (
+                "max_incremental_fetch_session_partitions = 0",
+                "max_incremental_fetch_session_partitions",
+            ),
         ] {
             let text = format!("{MINIMAL}\n{extra}");
             let err = BrokerConfig::parse(&text).unwrap_err().to_string();

@@ -127,6 +127,7 @@ impl ReplicaManager {
             leader_quota,
             fetch_sessions: Arc::new(FetchSessionCache::new(
                 config.max_incremental_fetch_session_cache_slots,
+                config.max_incremental_fetch_session_partitions,
             )),
             local_id: config.node_id,
             config,
@@ -167,6 +168,11 @@ impl ReplicaManager {
     /// Open incremental fetch sessions.
     pub fn fetch_session_count(&self) -> usize {
         self.fetch_sessions.len()
+    }
+
+    /// The ids of the open incremental fetch sessions, in no order.
+    pub fn fetch_session_ids(&self) -> Vec<i32> {
+        self.fetch_sessions.ids()
     }
 
     /// (fetch, produce) purgatory sizes.
@@ -366,7 +372,8 @@ impl ReplicaManager {
         responder: Responder,
         may_read: Option<crate::authorizer::TopicFilter>,
     ) {
-        let (session, entries) = match self.fetch_sessions.begin(&req, Instant::now()) {
+        let principal = responder.connection().principal();
+        let (session, entries) = match self.fetch_sessions.begin(&req, &principal, Instant::now()) {
             Ok(resolved) => resolved,
             Err(code) => {
                 responder.send(pb::response::Body::Fetch(pb::FetchResponse {

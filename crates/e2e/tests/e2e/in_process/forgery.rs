@@ -172,6 +172,71 @@ async fn forged_follower_fetch(authenticated: bool) {
     faults.heal_all();
 }
 
+/// A fetch session belongs to the principal that opened it. With internal
+/// APIs unauthenticated (so that nothing else stands in the way), a client
+/// that names a follower's session, with the follower's replica id, is told
+/// FETCH_SESSION_ID_NOT_FOUND, as for an unknown id; and its closes (epoch
+/// -1), as the follower or as a consumer, leave the session open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_authentication_a_client_still_cannot_use_or_close_a_followers_session() {
+    let cluster = start(false, None).await;
+    let leader = cluster.leader_in_role(TOPIC, 0).await;
+    let rm = cluster.broker(leader).broker().replica_manager();
+    let conn = cluster.connect(leader).await;
+    // An acks=all write: both followers fetch in their sessions by now.
+    match conn
+        .send(produce_request(TOPIC, 0, -1, batch(&[b"a"])))
+        .await
+        .unwrap()
+    {
+        Resp::Produce(r) => assert_eq!(r.topics[0].partitions[0].error_code, 0),
+        other => panic!("unexpected {other:?}"),
+    }
+    wait_for("both followers' fetch sessions", WAIT, || async {
+        rm.fetch_session_count() == 2
+    })
+    .await;
+    let mut sessions = rm.fetch_session_ids();
+    sessions.sort();
+    let fetch = |replica_id, session_id, session_epoch| {
+        Body::Fetch(pb::FetchRequest {
+            replica_id,
+            replica_epoch: -1,
+            max_wait_ms: 0,
+            min_bytes: 0,
+            max_bytes: 1 << 20,
+            session_id,
+            session_epoch,
+            ..Default::default()
+        })
+    };
+    for &id in &sessions {
+        for f in others(leader) {
+            for epoch in [1, 2, 3] {
+                match forge(&conn, fetch(f, id, epoch)).await {
+                    Ok(Resp::Fetch(r)) => assert_eq!(
+                        ErrorCode::from_wire(r.error_code),
+                        ErrorCode::FetchSessionIdNotFound,
+                        "session {id} as follower {f}, epoch {epoch}: {r:?}"
+                    ),
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+        }
+    }
+    for &id in &sessions {
+        for replica_id in [-1, others(leader)[0], others(leader)[1]] {
+            match forge(&conn, fetch(replica_id, id, -1)).await {
+                Ok(Resp::Fetch(r)) => assert_eq!(r.error_code, 0, "{r:?}"),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+    let mut after = rm.fetch_session_ids();
+    after.sort();
+    assert_eq!(after, sessions, "the followers' sessions are still open");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_follower_fetch_does_not_move_the_high_watermark() {
     forged_follower_fetch(true).await;
