@@ -45,6 +45,7 @@ pub struct Broker {
     user_connections: crate::auth::UserConnections,
     authorizer: Arc<crate::authorizer::Authorizer>,
     connections: Arc<ConnectionLimits>,
+    heavy_work: crate::front::HeavyWork,
     producer_ids: crate::producer_ids::ProducerIds,
     groups: crate::groups::GroupManager,
 }
@@ -993,6 +994,7 @@ pub async fn start_on(
             config.max_connections_per_ip,
             metrics.connections.clone(),
         ),
+        heavy_work: crate::front::HeavyWork::new(),
         producer_ids: Default::default(),
         groups: crate::groups::GroupManager::new(
             config.groups.clone(),
@@ -1166,6 +1168,10 @@ impl Dispatch for Broker {
 
     fn connections(&self) -> &Arc<ConnectionLimits> {
         Broker::connections(self)
+    }
+
+    fn heavy_work(&self) -> &crate::front::HeavyWork {
+        &self.heavy_work
     }
 
     fn auth(&self) -> &BrokerAuth {

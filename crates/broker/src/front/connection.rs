@@ -72,36 +72,45 @@ pub(crate) fn authenticated(conn: &ConnectionState, broker: &dyn Dispatch, princ
 /// Runs one SaslHandshake or SaslAuthenticate of the connection, inline
 /// so that its next request already sees the principal: waits for the
 /// users when a user logs in to a broker that has not heard of them yet,
-/// counts a failure, records who authenticated.
+/// counts a failure, records who authenticated. The step itself (a PLAIN
+/// login stretches the password it is given) is heavy work, off the I/O
+/// runtime.
 pub(crate) async fn sasl_step(
     conn: &ConnectionState,
-    broker: &dyn Dispatch,
+    broker: &Arc<dyn Dispatch>,
     sasl: &mut SaslState,
     body: pb::request::Body,
 ) -> crate::auth::SaslStep {
     if sasl.needs_users(&body) && !broker.metadata().wait_security_known(USERS_WAIT).await {
         tracing::warn!(peer = %conn.peer, "no users announced yet: is the controller quorum reachable?");
     }
-    let step = sasl.step(&sasl_context(conn, broker), body, &conn.peer);
+    let mut state = std::mem::take(sasl);
+    let (serving, peer, tls) = (broker.clone(), conn.peer.clone(), conn.protocol.is_tls());
+    let (state, step) = broker
+        .heavy_work()
+        .run(move || {
+            let step = state.step(&sasl_context(tls, &*serving), body, &peer);
+            (state, step)
+        })
+        .await;
+    *sasl = state;
     if step.close {
         broker.metrics().authentication_failures.inc();
     }
     if let Some(principal) = step.authenticated.clone() {
-        authenticated(conn, broker, principal);
+        authenticated(conn, &**broker, principal);
     }
     step
 }
 
-/// What a connection's SASL exchange checks against.
-pub(crate) fn sasl_context<'a>(
-    conn: &ConnectionState,
-    broker: &'a dyn Dispatch,
-) -> SaslContext<'a> {
+/// What a connection's SASL exchange checks against (`tls`: whether the
+/// connection is encrypted).
+pub(crate) fn sasl_context(tls: bool, broker: &dyn Dispatch) -> SaslContext<'_> {
     SaslContext {
         auth: broker.auth(),
         users: broker.metadata(),
         enabled: &broker.config().sasl_enabled_mechanisms,
-        tls: conn.protocol.is_tls(),
+        tls,
     }
 }
 

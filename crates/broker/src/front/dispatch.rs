@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use syncline_proto::pb;
 
-use super::limits::ConnectionLimits;
+use super::limits::{ConnectionLimits, HeavyWork};
 use crate::auth::{BrokerAuth, UserConnections};
 use crate::config::BrokerConfig;
 use crate::control::metadata_cache::MetadataCache;
@@ -21,6 +21,8 @@ pub(crate) trait Dispatch: Send + Sync + 'static {
     fn config(&self) -> &BrokerConfig;
     /// Open connections against their limits.
     fn connections(&self) -> &Arc<ConnectionLimits>;
+    /// Where requests' CPU-heavy work runs.
+    fn heavy_work(&self) -> &HeavyWork;
     /// This broker's TLS and credentials.
     fn auth(&self) -> &BrokerAuth;
     /// The authenticated users' connections (closed when a user is deleted).
@@ -33,4 +35,19 @@ pub(crate) trait Dispatch: Send + Sync + 'static {
     fn shared_metrics(&self) -> Arc<BrokerMetrics>;
     /// The metrics in Prometheus' text format (`GET /metrics`).
     fn scrape_metrics(&self) -> String;
+}
+
+/// Serves one request as [`Dispatch::handle`] does, heavy work
+/// ([`super::limits::is_heavy`]) off the I/O runtime; returns once it was
+/// taken in (an acks=all produce may still wait for its answer).
+pub(crate) async fn serve(broker: &Arc<dyn Dispatch>, request: pb::Request, responder: Responder) {
+    if request.body.as_ref().is_some_and(super::limits::is_heavy) {
+        let serving = broker.clone();
+        broker
+            .heavy_work()
+            .run(move || serving.handle(request, responder))
+            .await;
+    } else {
+        broker.clone().handle(request, responder);
+    }
 }

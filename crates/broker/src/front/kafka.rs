@@ -134,7 +134,7 @@ pub(crate) async fn connection(
         if let body @ (pb::request::Body::SaslHandshake(_)
         | pb::request::Body::SaslAuthenticate(_)) = body
         {
-            let step = sasl_step(&conn, &*broker, &mut sasl, body).await;
+            let step = sasl_step(&conn, &broker, &mut sasl, body).await;
             if !answer_now(&tx, &conn, reply(step.response)) || step.close {
                 break;
             }
@@ -172,7 +172,7 @@ pub(crate) async fn connection(
             client_id,
             body: Some(body),
         };
-        broker.clone().handle(request, responder);
+        super::dispatch::serve(&broker, request, responder).await;
     }
     conn.cancel_pending();
     drop(conn);

@@ -76,6 +76,58 @@ fn fetch_reservation(config: &crate::config::BrokerConfig, max_bytes: i32) -> u3
     (config.fetch_bytes_cap(max_bytes) + config.message_max_bytes).min(u32::MAX as usize) as u32
 }
 
+/// CPU-heavy work a request brings, run on the blocking pool instead of the
+/// I/O runtime's workers (which also carry the Raft heartbeats, replication
+/// and every other connection), at most one per core at a time: a produce
+/// whose batches are compressed or large (each batch is decompressed to be
+/// checked, up to 64 MiB, and recompressed for a topic's `compression.type`),
+/// a SASL login (SCRAM and PLAIN stretch the password). The connection waits
+/// for it before reading on, so its requests keep their order.
+#[derive(Debug)]
+pub(crate) struct HeavyWork {
+    permits: Arc<Semaphore>,
+}
+
+impl HeavyWork {
+    pub(crate) fn new() -> HeavyWork {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        HeavyWork {
+            permits: Arc::new(Semaphore::new(cores)),
+        }
+    }
+
+    /// Runs `work` on the blocking pool once a core is free for it.
+    pub(crate) async fn run<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> T {
+        let _core = self.permits.acquire().await.expect("never closed");
+        match tokio::task::spawn_blocking(work).await {
+            Ok(done) => done,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+}
+
+/// Whether serving `body` is heavy work ([`HeavyWork`]): a produce with a
+/// compressed batch, or with a megabyte of records or more.
+pub(crate) fn is_heavy(body: &pb::request::Body) -> bool {
+    const LARGE: usize = 1 << 20;
+    let pb::request::Body::Produce(produce) = body else {
+        return false;
+    };
+    let mut bytes = 0;
+    for p in produce.topics.iter().flat_map(|t| &t.partitions) {
+        bytes += p.records.len();
+        let compressed = syncline_proto::batch::split(&p.records)
+            .any(|b| b.is_ok_and(|(header, _)| header.compression() != 0));
+        if compressed || bytes >= LARGE {
+            return true;
+        }
+    }
+    false
+}
+
 /// Open connections, broker-wide and per client address, against
 /// `max_connections` and `max_connections_per_ip`.
 #[derive(Debug)]

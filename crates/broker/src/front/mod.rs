@@ -7,7 +7,8 @@
 //! - `listener`: accepts connections within the connection limits;
 //! - `syncline`, `kafka`: each protocol's connection loop;
 //! - `connection`: what both share (TLS, frames, SASL);
-//! - `limits`: requests in flight, fetch response bytes, open connections;
+//! - `limits`: requests in flight, fetch response bytes, open connections,
+//!   heavy work off the I/O runtime;
 //! - `dispatch`: the seam to the broker;
 //! - `http`: `GET /metrics`.
 
@@ -20,5 +21,5 @@ mod listener;
 mod syncline;
 
 pub(crate) use dispatch::Dispatch;
-pub(crate) use limits::ConnectionLimits;
+pub(crate) use limits::{ConnectionLimits, HeavyWork};
 pub(crate) use listener::serve;

@@ -134,7 +134,7 @@ pub(crate) async fn connection(
         {
             // Inline, so that the next request on the connection already sees
             // the principal.
-            let step = sasl_step(&conn, &*broker, &mut sasl, body).await;
+            let step = sasl_step(&conn, &broker, &mut sasl, body).await;
             responder.send(step.response);
             if step.close {
                 break;
@@ -150,7 +150,7 @@ pub(crate) async fn connection(
             );
             break;
         }
-        broker.clone().handle(request, responder);
+        super::dispatch::serve(&broker, request, responder).await;
     }
     conn.cancel_pending();
     drop(conn);

@@ -413,4 +413,85 @@ mod in_process {
         assert!(started.elapsed() >= Duration::from_millis(300));
         assert!(broker.metric("syncline_connections_expired_total") >= 1.0);
     }
+
+    /// Sends `request` on a fresh connection and waits for its answer; how
+    /// long that took.
+    async fn timed_request(addr: &str, request: &pb::Request) -> Duration {
+        let started = tokio::time::Instant::now();
+        let s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut r, mut w) = s.into_split();
+        frame::write_frames(&mut w, &[frame::encode(request)])
+            .await
+            .unwrap();
+        let answer = read_answer(&mut r).await;
+        assert!(
+            matches!(answer.body, Some(pb::response::Body::Produce(_))),
+            "{answer:?}"
+        );
+        started.elapsed()
+    }
+
+    /// Produce requests whose batches take long to decompress (each holds
+    /// 32 MiB of records packed into a few KiB) are served off the I/O
+    /// runtime: while clients send them, another client's small produce is
+    /// answered in a fraction of the time one of them takes (measured alone
+    /// in the same run), where on the runtime's workers it would wait behind
+    /// them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn heavy_produce_requests_do_not_stall_other_clients() {
+        const HOSTILE: usize = 4;
+        let cluster = TestCluster::start(1, "").await;
+        cluster.create_topic("t", 1, 1, &[]).await;
+        cluster.create_topic("packed", 1, 1, &[]).await;
+        let mut packed = syncline_proto::batch::BatchBuilder::new(0);
+        packed.push(0, None, Some(&vec![0u8; 32 << 20]), &[]);
+        let packed = packed.finish_with(syncline_proto::compression::Compression::Zstd);
+        let request = |batches: usize| pb::Request {
+            correlation_id: 1,
+            api_version: 0,
+            client_id: "heavy".into(),
+            body: Some(syncline_e2e::inprocess::produce_request(
+                "packed",
+                0,
+                1,
+                packed.repeat(batches).into(),
+            )),
+        };
+        // Enough batches that one request takes a second or more here.
+        let addr = cluster.addrs[0].clone();
+        let mut batches = 2;
+        let alone = loop {
+            let took = timed_request(&addr, &request(batches)).await;
+            if took >= Duration::from_secs(1) || batches >= 1024 {
+                break took;
+            }
+            batches *= 2;
+        };
+        println!("one request of {batches} packed batches alone: {alone:?}");
+        assert!(alone >= Duration::from_secs(1), "{alone:?}");
+
+        let heavy: Vec<_> = (0..HOSTILE)
+            .map(|_| {
+                let (addr, request) = (addr.clone(), request(batches));
+                tokio::spawn(async move { timed_request(&addr, &request).await })
+            })
+            .collect();
+        let client = cluster.connect(1).await;
+        let mut slowest = Duration::ZERO;
+        while !heavy.iter().all(|h| h.is_finished()) {
+            let started = tokio::time::Instant::now();
+            let r = produce(&client, "t", 0, 1, &[b"light".to_vec()])
+                .await
+                .unwrap();
+            assert_eq!(r.error_code, 0);
+            slowest = slowest.max(started.elapsed());
+        }
+        for h in heavy {
+            h.await.unwrap();
+        }
+        println!(
+            "{HOSTILE} such requests at once: the slowest small produce beside them took {slowest:?}"
+        );
+        assert!(slowest < alone / 4, "{slowest:?} against {alone:?} alone");
+    }
 }
