@@ -990,7 +990,11 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for Array<E> {
                 if n as usize > buf.remaining() {
                     bail!("Array length {n} exceeds the {} bytes left", buf.remaining());
                 }
-                let mut result = Vec::with_capacity(n as usize);
+                // syncline: and room reserved for at most the bytes left's worth
+                // of elements: an element is larger in memory than on the wire,
+                // and the rest grows as elements decode.
+                let room = buf.remaining() / std::mem::size_of::<T>().max(1);
+                let mut result = Vec::with_capacity((n as usize).min(room));
                 for _ in 0..n {
                     result.push(self.0.decode(buf)?);
                 }
@@ -1102,7 +1106,8 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for CompactArray<E> {
                 if (n - 1) as usize > buf.remaining() {
                     bail!("CompactArray length {} exceeds the {} bytes left", n - 1, buf.remaining());
                 }
-                let mut result = Vec::with_capacity((n - 1) as usize);
+                let room = buf.remaining() / std::mem::size_of::<T>().max(1);
+                let mut result = Vec::with_capacity(((n - 1) as usize).min(room));
                 for _ in 1..n {
                     result.push(self.0.decode(buf)?);
                 }
