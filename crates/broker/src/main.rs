@@ -104,6 +104,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    raise_open_files_limit();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -153,5 +154,20 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// Raises the soft limit on open files to the hard one, as a broker needs a
+/// few descriptors per partition (a segment, its indexes) and per connection:
+/// the soft default (often 1,024) runs out at a few hundred partitions.
+fn raise_open_files_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => tracing::info!(from = soft, to = hard, "raised the open-files limit"),
+            Err(e) => tracing::warn!(limit = soft, error = %e, "cannot raise the open-files limit"),
+        },
+        Ok((soft, _)) => tracing::info!(limit = soft, "open-files limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot read the open-files limit"),
     }
 }

@@ -1077,6 +1077,14 @@ impl ReplicaManager {
             listener,
         )
         .map_err(|e| {
+            if out_of_resources(&e) {
+                // Not the log's fault: nothing on disk is in doubt, and a
+                // restart would run out again opening every log. The
+                // partition is refused (STORAGE_ERROR) until a later
+                // LeaderAndIsr finds room.
+                tracing::error!(partition = %tp, error = %e, "cannot open partition log: out of file descriptors or memory (raise the open-files limit)");
+                return ErrorCode::StorageError;
+            }
             tracing::error!(partition = %tp, error = %e, "cannot open partition log");
             if matches!(
                 e,
@@ -1190,6 +1198,20 @@ fn check_names(req: &pb::LeaderAndIsrRequest) -> Result<(), String> {
     }
 }
 
+/// Whether opening a log failed for want of descriptors or memory (the
+/// process's or the system's), not because of anything on disk.
+fn out_of_resources(e: &syncline_log::LogError) -> bool {
+    use nix::errno::Errno;
+    let syncline_log::LogError::Io { source, .. } = e else {
+        return false;
+    };
+    source.raw_os_error().is_some_and(|code| {
+        [Errno::EMFILE, Errno::ENFILE, Errno::ENOMEM]
+            .iter()
+            .any(|e| *e as i32 == code)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1273,6 +1295,58 @@ mod tests {
             assert!(walk.attention.is_some(), "{extra:?}: walked");
             assert_eq!(walk.some_log_flushes, flushes, "{extra:?}");
         }
+    }
+
+    /// Running out of file descriptors while opening a partition refuses that
+    /// partition (STORAGE_ERROR) and does not stop the broker: nothing on disk
+    /// is in doubt, and a restart would run out again opening every log (a
+    /// crash loop). A log that fails for an I/O error of its own still stops
+    /// it (`a_flush_walk_notes_whether_some_log_flushes` and the log crate).
+    ///
+    /// Lowers this process's open-files limit for a moment: nextest runs each
+    /// test in a process of its own.
+    #[tokio::test]
+    async fn running_out_of_file_descriptors_refuses_the_partition_without_stopping_the_broker() {
+        use nix::sys::resource::{getrlimit, setrlimit, Resource};
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let rm = replica_manager(dir.path(), tx);
+        lead(&rm);
+        let mut request = t0_state(
+            2,
+            pb::PartitionState {
+                leader: 1,
+                leader_epoch: 1,
+                isr: vec![1],
+                partition_epoch: 1,
+                replicas: vec![1],
+                ..Default::default()
+            },
+        );
+        request.topics[0].name = "u".into();
+        request.partition_states[0].topic = "u".into();
+        let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+        // No descriptor numbered 3 or above may be opened: past stdio, none.
+        setrlimit(Resource::RLIMIT_NOFILE, 3, hard).unwrap();
+        let answer = rm.apply_leader_and_isr(&request);
+        setrlimit(Resource::RLIMIT_NOFILE, soft, hard).unwrap();
+        assert_eq!(
+            answer.partition_errors,
+            vec![pb::LeaderAndIsrPartitionError {
+                topic: "u".into(),
+                partition: 0,
+                error_code: ErrorCode::StorageError as i32,
+            }]
+        );
+        assert!(rm.partition("u", 0).is_none());
+        assert_eq!(rm.flush_due(), None, "the broker goes on");
+        // With descriptors again, the next change the controller announces
+        // (here a new leader epoch) opens it; until then it stays refused.
+        request.metadata_offset = 3;
+        request.partition_states[0].leader_epoch = 2;
+        let answer = rm.apply_leader_and_isr(&request);
+        assert_eq!(answer.partition_errors, vec![]);
+        assert!(rm.partition("u", 0).is_some());
     }
 
     /// A replica manager for broker 1 whose AlterPartition sender is `isr_requests`.

@@ -164,6 +164,29 @@ async fn a_kafka_client_that_floods_api_versions_without_reading_stops_being_rea
     drop(writer.await.unwrap());
 }
 
+/// synclined raises its soft open-files limit to the hard one as it starts:
+/// a broker holds a few descriptors per partition and per connection, and the
+/// usual soft default (1,024) runs out at a few hundred partitions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_broker_raises_its_open_files_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    // The broker inherits a soft limit below the hard one (this process's,
+    // for the start; nextest runs each test in a process of its own).
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    setrlimit(Resource::RLIMIT_NOFILE, 1024.min(hard - 1), hard).unwrap();
+    let cluster = Cluster::start(1, "").await;
+    setrlimit(Resource::RLIMIT_NOFILE, soft, hard).unwrap();
+    let pid = cluster.node(1).pid().expect("running");
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let open_files = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("a line for open files");
+    let fields: Vec<&str> = open_files.split_whitespace().collect();
+    // "Max open files  SOFT  HARD  files"
+    assert_eq!(fields[3], fields[4], "{open_files}");
+}
+
 /// On a cluster inside the test process (`TestCluster`): part of the quick
 /// tier (`scripts/test.sh --quick`).
 mod in_process {
