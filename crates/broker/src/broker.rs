@@ -437,24 +437,17 @@ impl Broker {
         }
     }
 
-    /// Creates `__consumer_offsets` with the groups' settings. Kept whatever its
-    /// age: syncline does not compact, and a group's last commit must outlive
-    /// any retention.
+    /// Creates `__consumer_offsets`. Partitions, replication factor and configs
+    /// are left unset: the active controller creates it with the offsets topic's
+    /// settings (`offsets_topic_*`; kept whatever its age, since syncline does not
+    /// compact and a group's last commit must outlive any retention), whoever asks.
     async fn create_offsets_topic(&self) {
-        let g = &self.config.groups;
         let request = pb::CreateTopicsRequest {
             topics: vec![pb::CreatableTopic {
                 name: OFFSETS_TOPIC.to_string(),
-                num_partitions: g.offsets_topic_num_partitions,
-                replication_factor: g.offsets_topic_replication_factor,
-                configs: [
-                    ("retention.ms", "-1"),
-                    ("retention.bytes", "-1"),
-                    ("segment.bytes", "104857600"),
-                ]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+                num_partitions: -1,
+                replication_factor: -1,
+                configs: Default::default(),
             }],
             timeout_ms: CREATE_TOPICS_PROPAGATION.as_millis() as i32,
             validate_only: false,

@@ -731,7 +731,8 @@ pub struct BrokerConfig {
 pub struct GroupsConfig {
     /// Partitions of `__consumer_offsets` when it is created; a group lives on
     /// the partition its id hashes to (Kafka's `offsets.topic.num.partitions`).
-    /// Default 50.
+    /// The active controller's value is the one used, whichever broker asks,
+    /// and the count never changes afterwards. Default 50.
     pub offsets_topic_num_partitions: i32,
     /// Its replication factor (Kafka's `offsets.topic.replication.factor`); the
     /// topic is created when the first group needs it, once that many brokers

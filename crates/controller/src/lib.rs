@@ -195,6 +195,7 @@ mod controller;
 mod draft;
 mod election;
 mod image;
+mod internal_topics;
 mod placement;
 mod quorum;
 mod records;
@@ -213,6 +214,7 @@ pub use image::{
     ApplyError, BrokerRegistration, InvalidSnapshot, InvariantViolation, MetadataImage,
     PartitionRegistration, TopicImage,
 };
+pub use internal_topics::{is_internal, OffsetsTopicConfig};
 pub use quorum::{
     heartbeat_request as raft_heartbeat_request, request_sender as raft_request_sender,
     ProposeError, Quorum, QuorumConfig, QuorumError, QuorumStatus, QuorumTransport, VoterStatus,

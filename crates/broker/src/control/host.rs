@@ -204,6 +204,8 @@ pub(crate) async fn start(
     cc.num_partitions = config.num_partitions;
     cc.default_replication_factor = config.default_replication_factor;
     cc.topic_defaults = crate::topic_config::controller_defaults(config);
+    cc.offsets_topic.num_partitions = config.groups.offsets_topic_num_partitions;
+    cc.offsets_topic.replication_factor = config.groups.offsets_topic_replication_factor;
     cc.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
 
     let election = config.controller_quorum_election_timeout_ms;

@@ -1,5 +1,6 @@
 //! `CreateTopics`: validation in Kafka's order, replica placement, initial state.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use syncline_proto::{pb, ErrorCode, NO_LEADER};
@@ -7,6 +8,7 @@ use syncline_proto::{pb, ErrorCode, NO_LEADER};
 use super::{Controller, ControllerResult};
 use crate::config::TopicConfig;
 use crate::image::PartitionRegistration;
+use crate::internal_topics;
 use crate::placement::{self, Candidate};
 use syncline_proto::TopicPartition;
 
@@ -45,9 +47,19 @@ impl Controller {
         for t in &req.topics {
             *name_counts.entry(t.name.as_str()).or_default() += 1;
         }
-        let requested_partitions: usize = req
+        // Internal topics get their own settings (or are refused) before anything
+        // else looks at them; one that exists is TOPIC_ALREADY_EXISTS, as any topic.
+        let asked: Vec<Result<Cow<'_, pb::CreatableTopic>, Refusal>> = req
             .topics
             .iter()
+            .map(|t| match self.image.topic(&t.name) {
+                Some(_) => Ok(Cow::Borrowed(t)),
+                None => internal_topics::creation(&self.config.offsets_topic, t),
+            })
+            .collect();
+        let requested_partitions: usize = asked
+            .iter()
+            .flatten()
             .map(|t| match t.num_partitions {
                 -1 => self.config.num_partitions,
                 n => n.max(0),
@@ -59,7 +71,7 @@ impl Controller {
         let mut cursor = self.image.partition_count();
         let mut records = Vec::new();
         let mut results = Vec::with_capacity(req.topics.len());
-        for t in &req.topics {
+        for (t, asked) in req.topics.iter().zip(&asked) {
             let outcome = if requested_partitions > MAX_PARTITIONS_PER_REQUEST {
                 Err((
                     ErrorCode::PolicyViolation,
@@ -74,7 +86,10 @@ impl Controller {
                     format!("topic {:?} appears more than once in the request", t.name),
                 ))
             } else {
-                self.validate_topic(t, &created, usable.len())
+                match asked {
+                    Ok(asked) => self.validate_topic(asked, &created, usable.len()),
+                    Err(refusal) => Err(refusal.clone()),
+                }
             };
             let new = match outcome {
                 Ok(new) => new,

@@ -44,6 +44,7 @@ mod in_process {
     mod epochs;
     mod follower_fetch;
     mod forgery;
+    mod internal_topics;
     mod long_poll;
     pub(crate) mod replication;
     mod single_broker;
