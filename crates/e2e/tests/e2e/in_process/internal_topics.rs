@@ -4,9 +4,11 @@
 //! partitions or a retention that would delete groups' commits.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use syncline_client::Connection;
 use syncline_e2e::inprocess::*;
+use syncline_e2e::wait_for;
 use syncline_proto::pb::{self, request::Body, response::Body as Resp};
 use syncline_proto::{ErrorCode, OFFSETS_TOPIC};
 
@@ -239,8 +241,9 @@ async fn clients_cannot_delete_or_reshape_the_offsets_topic() {
 
     let (code, message) = alter(&conn, alter_request(&[("segment.ms", "3600000")], &[], 0)).await;
     assert_eq!(code, ErrorCode::None, "{message}");
-    assert_eq!(
-        topic_configs(&conn, OFFSETS_TOPIC).await["segment.ms"],
-        "3600000"
-    );
+    // The broker's metadata cache takes the committed change a moment later.
+    wait_for("segment.ms to change", Duration::from_secs(10), || async {
+        topic_configs(&conn, OFFSETS_TOPIC).await["segment.ms"] == "3600000"
+    })
+    .await;
 }
