@@ -452,6 +452,7 @@ impl Broker {
             timeout_ms: CREATE_TOPICS_PROPAGATION.as_millis() as i32,
             validate_only: false,
             forwarded: false,
+            auto_create: false,
         };
         match self.create_topics_answer(request).await {
             pb::response::Body::CreateTopics(r) => {
@@ -485,18 +486,32 @@ impl Broker {
             timeout_ms: CREATE_TOPICS_PROPAGATION.as_millis() as i32,
             validate_only: false,
             forwarded: false,
+            auto_create: true,
         };
         match self.create_topics_answer(request).await {
-            pb::response::Body::CreateTopics(r) => r
-                .topics
-                .into_iter()
-                .filter(|t| {
-                    t.error_code != ErrorCode::None as i32
-                        && t.error_code != ErrorCode::TopicAlreadyExists as i32
-                })
-                .inspect(|t| tracing::info!(topic = %t.name, error = %t.error_message, "auto-creation refused"))
-                .map(|t| (t.name, t.error_code))
-                .collect(),
+            pb::response::Body::CreateTopics(r) => {
+                let refused: Vec<pb::CreatableTopicResult> = r
+                    .topics
+                    .into_iter()
+                    .filter(|t| {
+                        t.error_code != ErrorCode::None as i32
+                            && t.error_code != ErrorCode::TopicAlreadyExists as i32
+                    })
+                    .collect();
+                // One line per request, however many names it gave.
+                if let Some(first) = refused.first() {
+                    tracing::info!(
+                        refused = refused.len(),
+                        topic = %first.name,
+                        error = %first.error_message,
+                        "auto-creation refused"
+                    );
+                }
+                refused
+                    .into_iter()
+                    .map(|t| (t.name, t.error_code))
+                    .collect()
+            }
             // No active controller: retriable, as Kafka answers while it creates.
             _ => names
                 .into_iter()

@@ -464,6 +464,8 @@ struct RawConfig {
     max_connections: Option<i64>,
     max_connections_per_ip: Option<i64>,
     auto_create_topics_enable: Option<bool>,
+    auto_create_topics_max_partitions_per_request: Option<i64>,
+    auto_create_topics_max_cluster_partitions: Option<i64>,
     offsets_topic_num_partitions: Option<i64>,
     offsets_topic_replication_factor: Option<i64>,
     offsets_retention_minutes: Option<i64>,
@@ -720,6 +722,16 @@ pub struct BrokerConfig {
     /// `auto.create.topics.enable`). syncline's own clients never create topics
     /// this way. Default true.
     pub auto_create_topics_enable: bool,
+    /// Partitions one Metadata request may auto-create, all its unknown topics
+    /// together (syncline's; `__consumer_offsets` is not counted). A topic past
+    /// it is refused with `POLICY_VIOLATION`. Decided by the active controller,
+    /// with its own value. Default 1000.
+    pub auto_create_topics_max_partitions_per_request: usize,
+    /// Partitions in the cluster (every topic's) beyond which auto-creation
+    /// creates no more (syncline's; `__consumer_offsets` is not counted): a topic
+    /// that would pass it is refused with `POLICY_VIOLATION`; CreateTopics is not
+    /// bound by it. Decided by the active controller. Default 10000.
+    pub auto_create_topics_max_cluster_partitions: usize,
     /// Consumer groups: the group coordinators and the groups' committed
     /// offsets, on the internal topic `__consumer_offsets`.
     pub groups: GroupsConfig,
@@ -951,6 +963,20 @@ impl BrokerConfig {
             max_connections,
             max_connections_per_ip,
             auto_create_topics_enable: raw.auto_create_topics_enable.unwrap_or(true),
+            auto_create_topics_max_partitions_per_request: in_range(
+                "auto_create_topics_max_partitions_per_request",
+                raw.auto_create_topics_max_partitions_per_request,
+                1_000,
+                1,
+                i32::MAX as i64,
+            )? as usize,
+            auto_create_topics_max_cluster_partitions: in_range(
+                "auto_create_topics_max_cluster_partitions",
+                raw.auto_create_topics_max_cluster_partitions,
+                10_000,
+                1,
+                i32::MAX as i64,
+            )? as usize,
             groups,
             fetch_max_bytes,
             #[cfg(feature = "unauthenticated-internal-apis")]
@@ -1754,6 +1780,14 @@ mod tests {
             ("process_roles = \"broker,toaster\"", "process_roles"),
             ("node_id_x = 3", "node_id_x"),
             ("num_partitions = \"three\"", "num_partitions"),
+            (
+                "auto_create_topics_max_partitions_per_request = 0",
+                "auto_create_topics_max_partitions_per_request",
+            ),
+            (
+                "auto_create_topics_max_cluster_partitions = -1",
+                "auto_create_topics_max_cluster_partitions",
+            ),
         ] {
             let text = format!("{MINIMAL}\n{extra}");
             let err = BrokerConfig::parse(&text).unwrap_err().to_string();

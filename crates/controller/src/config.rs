@@ -337,6 +337,12 @@ pub struct ControllerConfig {
     pub topic_defaults: TopicConfig,
     /// What `__consumer_offsets` is created with, whoever asks (`offsets.topic.*`).
     pub offsets_topic: OffsetsTopicConfig,
+    /// Partitions one auto-creating request (a Metadata request's unknown topics)
+    /// may create, internal topics aside (syncline's).
+    pub auto_create_max_partitions_per_request: usize,
+    /// Partitions in the cluster beyond which auto-creation creates no more,
+    /// internal topics aside (syncline's).
+    pub auto_create_max_cluster_partitions: usize,
 }
 
 impl ControllerConfig {
@@ -350,6 +356,8 @@ impl ControllerConfig {
             default_replication_factor: 1,
             topic_defaults: TopicConfig::default(),
             offsets_topic: OffsetsTopicConfig::default(),
+            auto_create_max_partitions_per_request: 1_000,
+            auto_create_max_cluster_partitions: 10_000,
         }
     }
 
@@ -373,6 +381,14 @@ impl ControllerConfig {
         positive(
             "default_replication_factor",
             self.default_replication_factor >= 1,
+        )?;
+        positive(
+            "auto_create_topics_max_partitions_per_request",
+            self.auto_create_max_partitions_per_request >= 1,
+        )?;
+        positive(
+            "auto_create_topics_max_cluster_partitions",
+            self.auto_create_max_cluster_partitions >= 1,
         )?;
         positive(
             "offsets_topic_num_partitions",

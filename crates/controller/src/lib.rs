@@ -145,6 +145,7 @@
 //!     timeout_ms: 30_000,
 //!     validate_only: false,
 //!     forwarded: false,
+//!     auto_create: false,
 //! };
 //! let r = c.create_topics(&create);
 //! commit(&quorum, &mut c, r).await?;
@@ -190,6 +191,7 @@
 
 #![warn(missing_docs)]
 
+mod auto_create;
 mod config;
 mod controller;
 mod draft;

@@ -206,6 +206,9 @@ pub(crate) async fn start(
     cc.topic_defaults = crate::topic_config::controller_defaults(config);
     cc.offsets_topic.num_partitions = config.groups.offsets_topic_num_partitions;
     cc.offsets_topic.replication_factor = config.groups.offsets_topic_replication_factor;
+    cc.auto_create_max_partitions_per_request =
+        config.auto_create_topics_max_partitions_per_request;
+    cc.auto_create_max_cluster_partitions = config.auto_create_topics_max_cluster_partitions;
     cc.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
 
     let election = config.controller_quorum_election_timeout_ms;

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use syncline_proto::{pb, ErrorCode, NO_LEADER};
 
 use super::{Controller, ControllerResult};
+use crate::auto_create::AutoCreateBudget;
 use crate::config::TopicConfig;
 use crate::image::PartitionRegistration;
 use crate::internal_topics;
@@ -35,7 +36,8 @@ type Refusal = (ErrorCode, String);
 impl Controller {
     /// `CreateTopics`. Each topic is validated on its own (a duplicate name within the
     /// request, the name, existence, a `.`/`_` collision, partitions, replication factor
-    /// against the usable brokers, configs) and, unless `validate_only`, placed and
+    /// against the usable brokers, configs; an internal topic's settings; for an
+    /// auto-creating request, its budget) and, unless `validate_only`, placed and
     /// created with ISR = replicas, leader = first replica, epochs 0. The response
     /// echoes partitions, RF and the effective configs.
     pub fn create_topics(
@@ -69,6 +71,9 @@ impl Controller {
 
         let mut created: BTreeSet<&str> = BTreeSet::new();
         let mut cursor = self.image.partition_count();
+        let mut auto_create = req
+            .auto_create
+            .then(|| AutoCreateBudget::new(&self.config, cursor));
         let mut records = Vec::new();
         let mut results = Vec::with_capacity(req.topics.len());
         for (t, asked) in req.topics.iter().zip(&asked) {
@@ -91,6 +96,12 @@ impl Controller {
                     Err(refusal) => Err(refusal.clone()),
                 }
             };
+            let outcome = outcome.and_then(|new| match auto_create.as_mut() {
+                Some(budget) => budget
+                    .take(&t.name, usize::try_from(new.num_partitions).unwrap_or(0))
+                    .map(|()| new),
+                None => Ok(new),
+            });
             let new = match outcome {
                 Ok(new) => new,
                 Err((code, message)) => {

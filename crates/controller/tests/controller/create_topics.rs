@@ -146,6 +146,7 @@ fn a_new_partition_starts_with_every_replica_in_sync_and_its_first_replica_leadi
         timeout_ms: 0,
         validate_only: false,
         forwarded: false,
+        auto_create: false,
     };
     let r = cl.c.create_topics(&req);
     assert!(
@@ -214,6 +215,7 @@ fn validate_only_answers_without_records() {
         timeout_ms: 0,
         validate_only: true,
         forwarded: false,
+        auto_create: false,
     };
     let r = cl.c.create_topics(&req);
     assert!(r.records.is_empty());
@@ -374,6 +376,7 @@ fn too_many_partitions_in_one_request_are_a_policy_violation() {
         timeout_ms: 0,
         validate_only: false,
         forwarded: false,
+        auto_create: false,
     };
     let r = cl.c.create_topics(&req);
     assert!(r.records.is_empty());
@@ -388,6 +391,7 @@ fn too_many_partitions_in_one_request_are_a_policy_violation() {
         timeout_ms: 0,
         validate_only: false,
         forwarded: false,
+        auto_create: false,
     };
     assert_eq!(
         ErrorCode::from_wire(cl.c.create_topics(&req).response.topics[0].error_code),

@@ -40,6 +40,7 @@ mod suite_scripts;
 
 /// Stories told on brokers inside the test process.
 mod in_process {
+    mod auto_create;
     mod bad_input;
     mod epochs;
     mod follower_fetch;

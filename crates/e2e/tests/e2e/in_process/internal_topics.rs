@@ -61,6 +61,7 @@ async fn create(conn: &Connection, topic: pb::CreatableTopic) -> (ErrorCode, Str
             timeout_ms: 10_000,
             validate_only: false,
             forwarded: false,
+            auto_create: false,
         }))
         .await
         .unwrap()
