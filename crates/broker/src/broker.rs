@@ -379,7 +379,8 @@ impl Broker {
 
     /// FindCoordinator: the leader of the `__consumer_offsets` partition the
     /// group hashes to, as an endpoint of `listener`. The topic is created
-    /// when the first group asks.
+    /// when the first group asks (unless the controller created it already,
+    /// `offsets_topic_eager_creation`).
     async fn find_coordinator(
         &self,
         r: &pb::FindCoordinatorRequest,

@@ -468,6 +468,7 @@ struct RawConfig {
     auto_create_topics_max_cluster_partitions: Option<i64>,
     offsets_topic_num_partitions: Option<i64>,
     offsets_topic_replication_factor: Option<i64>,
+    offsets_topic_eager_creation: Option<bool>,
     offsets_retention_minutes: Option<i64>,
     offset_metadata_max_bytes: Option<i64>,
     group_min_session_timeout_ms: Option<i64>,
@@ -750,6 +751,12 @@ pub struct GroupsConfig {
     /// topic is created when the first group needs it, once that many brokers
     /// are registered. Default 3.
     pub offsets_topic_replication_factor: i32,
+    /// The active controller creates `__consumer_offsets` as soon as
+    /// `offsets_topic_replication_factor` brokers are up, rather than when the
+    /// first group asks (syncline's): a cluster that loses a broker before its
+    /// first group still serves groups. Its partitions are then placed on the
+    /// brokers up at that moment. Default false.
+    pub offsets_topic_eager_creation: bool,
     /// Committed offsets of an empty group are deleted this long after their
     /// commit, in minutes (Kafka's `offsets.retention.minutes`). Default 10080.
     pub offsets_retention_minutes: i64,
@@ -1644,6 +1651,7 @@ fn groups(raw: &RawConfig, session_timeouts_ms: (i64, i64)) -> Result<GroupsConf
             1,
             i16::MAX as i64,
         )? as i32,
+        offsets_topic_eager_creation: raw.offsets_topic_eager_creation.unwrap_or(false),
         offsets_retention_minutes: in_range(
             "offsets_retention_minutes",
             raw.offsets_retention_minutes,

@@ -45,6 +45,9 @@ pub struct OffsetsTopicConfig {
     pub replication_factor: i32,
     /// `offsets.topic.segment.bytes` (100 MiB).
     pub segment_bytes: i32,
+    /// Create it as soon as `replication_factor` brokers can take replicas,
+    /// rather than when the first group asks (syncline's; off by default).
+    pub eager_creation: bool,
 }
 
 impl Default for OffsetsTopicConfig {
@@ -53,6 +56,7 @@ impl Default for OffsetsTopicConfig {
             num_partitions: 50,
             replication_factor: 3,
             segment_bytes: 100 * 1024 * 1024,
+            eager_creation: false,
         }
     }
 }
@@ -140,6 +144,22 @@ pub(crate) fn creation<'a>(
     }))
 }
 
+/// Whether the controller creates the offsets topic now, unasked: with
+/// `eager_creation`, once it does not exist and `usable_brokers` (unfenced, not
+/// shutting down) can hold its replication factor. Kafka creates it when the
+/// first group asks; a cluster that lost a broker before then cannot (too few
+/// brokers for the replication factor), and serves no group.
+#[must_use]
+pub(crate) fn create_unasked(
+    offsets: &OffsetsTopicConfig,
+    exists: bool,
+    usable_brokers: usize,
+) -> bool {
+    offsets.eager_creation
+        && !exists
+        && usize::try_from(offsets.replication_factor).is_ok_and(|rf| usable_brokers >= rf)
+}
+
 /// Whether a DeleteTopics may delete `name`.
 #[must_use = "a refusal must be answered"]
 pub(crate) fn deletion(name: &str) -> Result<(), Refusal> {
@@ -208,6 +228,35 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_offsets_topic_is_created_unasked_once_enough_brokers_are_usable() {
+        let eager = OffsetsTopicConfig {
+            replication_factor: 3,
+            eager_creation: true,
+            ..OffsetsTopicConfig::default()
+        };
+        let lazy = OffsetsTopicConfig {
+            eager_creation: false,
+            ..eager.clone()
+        };
+        // Config, exists, usable brokers, created now.
+        let cases = [
+            (&eager, false, 0, false),
+            (&eager, false, 2, false),
+            (&eager, false, 3, true),
+            (&eager, false, 5, true),
+            (&eager, true, 3, false),
+            (&lazy, false, 3, false),
+        ];
+        for (config, exists, usable, expected) in cases {
+            assert_eq!(
+                create_unasked(config, exists, usable),
+                expected,
+                "{config:?} {exists} {usable}"
+            );
+        }
+    }
+
     /// Kafka's `AutoTopicCreationManager.creatableTopic`: `__consumer_offsets` gets
     /// the offsets topic's partitions, RF and configs, not the broker defaults.
     #[test]
@@ -216,6 +265,7 @@ mod tests {
             num_partitions: 7,
             replication_factor: 2,
             segment_bytes: 1000,
+            eager_creation: false,
         };
         let own = topic(
             OFFSETS_TOPIC,

@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
-use syncline_proto::{pb, ErrorCode, NO_LEADER};
+use syncline_proto::{pb, ErrorCode, NO_LEADER, OFFSETS_TOPIC};
 
 use super::{Controller, ControllerResult};
 use crate::auto_create::AutoCreateBudget;
@@ -141,6 +141,41 @@ impl Controller {
             });
         }
         ControllerResult::new(pb::CreateTopicsResponse { topics: results }, records)
+    }
+
+    /// Internal topics the controller creates unasked: `__consumer_offsets` once
+    /// enough brokers can take its replicas, when `offsets_topic.eager_creation`
+    /// is on (`internal_topics::create_unasked`). For the shell to run after
+    /// each tick; the names created.
+    pub fn create_internal_topics(&self) -> ControllerResult<Vec<String>> {
+        let exists = self.image.topic(OFFSETS_TOPIC).is_some();
+        if !internal_topics::create_unasked(
+            &self.config.offsets_topic,
+            exists,
+            self.placement_candidates().len(),
+        ) {
+            return ControllerResult::answer(Vec::new());
+        }
+        let r = self.create_topics(&pb::CreateTopicsRequest {
+            topics: vec![pb::CreatableTopic {
+                name: OFFSETS_TOPIC.to_owned(),
+                num_partitions: -1,
+                replication_factor: -1,
+                configs: Default::default(),
+            }],
+            timeout_ms: 0,
+            validate_only: false,
+            forwarded: false,
+            auto_create: false,
+        });
+        let created = r
+            .response
+            .topics
+            .into_iter()
+            .filter(|t| t.error_code == ErrorCode::None as i32)
+            .map(|t| t.name)
+            .collect();
+        ControllerResult::new(created, r.records)
     }
 
     /// The brokers new replicas may go to: unfenced and not shutting down.

@@ -248,3 +248,86 @@ async fn clients_cannot_delete_or_reshape_the_offsets_topic() {
     })
     .await;
 }
+
+/// One step past Kafka (`offsets_topic_eager_creation`): the controller creates
+/// `__consumer_offsets` as soon as enough brokers are up for its replication
+/// factor, so a cluster that loses a broker before its first group still serves
+/// groups (created on the first group's FindCoordinator, the topic would need 3
+/// brokers and get 2: COORDINATOR_NOT_AVAILABLE for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eagerly_created_offsets_topic_serves_groups_after_a_broker_is_lost() {
+    let mut cluster = TestCluster::start(
+        3,
+        "offsets_topic_eager_creation = true\n\
+         offsets_topic_num_partitions = 3\n\
+         offsets_topic_replication_factor = 3\n",
+    )
+    .await;
+    cluster.create_topic("t", 1, 2, &[]).await;
+    let conn = cluster.connect(1).await;
+    // Nobody asked for it: the controller created it once the three were up.
+    wait_for(
+        "the controller to create the offsets topic",
+        Duration::from_secs(10),
+        || async {
+            metadata(&conn, OFFSETS_TOPIC, false).await.topics[0]
+                .partitions
+                .len()
+                == 3
+        },
+    )
+    .await;
+    cluster.stop(3).await;
+
+    // The first group finds a coordinator among the brokers left, and commits.
+    let coordinator = std::cell::Cell::new(None);
+    let (found, conn) = (&coordinator, &conn);
+    wait_for(
+        "a coordinator on broker 1 or 2",
+        Duration::from_secs(20),
+        || async move {
+            let asked = conn
+                .send(Body::FindCoordinator(pb::FindCoordinatorRequest {
+                    key: "g".into(),
+                    key_type: 0,
+                }))
+                .await;
+            if let Ok(Resp::FindCoordinator(r)) = asked {
+                found.set(r.coordinator.map(|c| c.node_id).filter(|&id| id != 3));
+            }
+            found.get().is_some()
+        },
+    )
+    .await;
+    let at = cluster.connect(coordinator.get().unwrap()).await;
+    let commit = pb::OffsetCommitRequest {
+        group_id: "g".into(),
+        generation_id: -1,
+        member_id: String::new(),
+        topics: vec![pb::OffsetCommitTopic {
+            name: "t".into(),
+            partitions: vec![pb::OffsetCommitPartition {
+                partition: 0,
+                offset: 42,
+                leader_epoch: -1,
+                metadata: None,
+            }],
+        }],
+    };
+    match at.send(Body::OffsetCommit(commit)).await.unwrap() {
+        Resp::OffsetCommit(r) => assert_eq!(r.topics[0].partitions[0].error_code, 0, "{r:?}"),
+        other => panic!("unexpected {other:?}"),
+    }
+    match at
+        .send(Body::OffsetFetch(pb::OffsetFetchRequest {
+            group_id: "g".into(),
+            topics: vec![],
+            all: true,
+        }))
+        .await
+        .unwrap()
+    {
+        Resp::OffsetFetch(r) => assert_eq!(r.topics[0].partitions[0].offset, 42, "{r:?}"),
+        other => panic!("unexpected {other:?}"),
+    }
+}
