@@ -724,12 +724,12 @@ pub struct BrokerConfig {
     /// this way. Default true.
     pub auto_create_topics_enable: bool,
     /// Partitions one Metadata request may auto-create, all its unknown topics
-    /// together (syncline's; `__consumer_offsets` is not counted). A topic past
+    /// together (syncline's; `__consumer_offsets` is not charged). A topic past
     /// it is refused with `POLICY_VIOLATION`. Decided by the active controller,
     /// with its own value. Default 1000.
     pub auto_create_topics_max_partitions_per_request: usize,
     /// Partitions in the cluster (every topic's) beyond which auto-creation
-    /// creates no more (syncline's; `__consumer_offsets` is not counted): a topic
+    /// creates no more (syncline's; `__consumer_offsets` is never refused): a topic
     /// that would pass it is refused with `POLICY_VIOLATION`; CreateTopics is not
     /// bound by it. Decided by the active controller. Default 10000.
     pub auto_create_topics_max_cluster_partitions: usize,

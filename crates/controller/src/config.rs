@@ -338,10 +338,10 @@ pub struct ControllerConfig {
     /// What `__consumer_offsets` is created with, whoever asks (`offsets.topic.*`).
     pub offsets_topic: OffsetsTopicConfig,
     /// Partitions one auto-creating request (a Metadata request's unknown topics)
-    /// may create, internal topics aside (syncline's).
+    /// may create; internal topics are not charged (syncline's).
     pub auto_create_max_partitions_per_request: usize,
-    /// Partitions in the cluster beyond which auto-creation creates no more,
-    /// internal topics aside (syncline's).
+    /// Partitions in the cluster beyond which auto-creation creates no more;
+    /// internal topics are never refused (syncline's).
     pub auto_create_max_cluster_partitions: usize,
 }
 
