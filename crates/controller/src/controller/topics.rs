@@ -1,7 +1,7 @@
 //! `CreateTopics`: validation in Kafka's order, replica placement, initial state.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use syncline_proto::{pb, ErrorCode, NO_LEADER, OFFSETS_TOPIC};
 
@@ -70,6 +70,7 @@ impl Controller {
             .fold(0, usize::saturating_add);
 
         let mut created: BTreeSet<&str> = BTreeSet::new();
+        let mut metric_names = MetricNames::of(self.image.topics().map(|(name, _)| name));
         let mut cursor = self.image.partition_count();
         let mut auto_create = req
             .auto_create
@@ -92,7 +93,7 @@ impl Controller {
                 ))
             } else {
                 match asked {
-                    Ok(asked) => self.validate_topic(asked, &created, usable.len()),
+                    Ok(asked) => self.validate_topic(asked, &created, &metric_names, usable.len()),
                     Err(refusal) => Err(refusal.clone()),
                 }
             };
@@ -122,6 +123,7 @@ impl Controller {
                 let assignment = placement::assign_replicas(&usable, num_partitions, rf, cursor);
                 cursor += num_partitions;
                 created.insert(&t.name);
+                metric_names.insert(&t.name);
                 records.push(records::topic_record(&t.name, &new.overrides));
                 records.extend(new_partition_records(&t.name, 0, assignment));
                 tracing::info!(
@@ -194,6 +196,7 @@ impl Controller {
         &self,
         t: &pb::CreatableTopic,
         created: &BTreeSet<&str>,
+        metric_names: &MetricNames<'_>,
         usable_brokers: usize,
     ) -> Result<NewTopic, Refusal> {
         validate_topic_name(&t.name)?;
@@ -205,14 +208,8 @@ impl Controller {
         }
         // `.` and `_` map to the same metric name, so Kafka refuses topics that differ
         // only there.
-        let collision_key = |name: &str| name.replace('.', "_");
         if t.name.contains(['.', '_']) {
-            let key = collision_key(&t.name);
-            let existing = self.image.topics().map(|(n, _)| n);
-            if let Some(other) = existing
-                .chain(created.iter().copied())
-                .find(|other| collision_key(other) == key)
-            {
+            if let Some(other) = metric_names.colliding(&t.name) {
                 return Err((
                     ErrorCode::InvalidTopicException,
                     format!(
@@ -269,6 +266,36 @@ impl Controller {
             config,
             overrides,
         })
+    }
+}
+
+/// Topic names by their metric name (`.` written `_`), for the names with a `.`
+/// or `_` (only those can collide): one lookup per new name, not a scan of
+/// every topic, so that a request naming thousands of topics in a cluster of
+/// thousands does not hold the controller for seconds.
+struct MetricNames<'a>(HashMap<String, &'a str>);
+
+impl<'a> MetricNames<'a> {
+    fn of(names: impl Iterator<Item = &'a str>) -> Self {
+        let mut index = MetricNames(HashMap::new());
+        for name in names {
+            index.insert(name);
+        }
+        index
+    }
+
+    fn insert(&mut self, name: &'a str) {
+        if name.contains(['.', '_']) {
+            self.0.entry(name.replace('.', "_")).or_insert(name);
+        }
+    }
+
+    /// Another topic whose metric name is `name`'s.
+    fn colliding(&self, name: &str) -> Option<&'a str> {
+        self.0
+            .get(&name.replace('.', "_"))
+            .copied()
+            .filter(|other| *other != name)
     }
 }
 
