@@ -43,6 +43,14 @@ impl AutoCreateBudget {
         }
     }
 
+    /// Whether no topic can fit any more (each has a partition at least): then
+    /// `topic` is refused before anything else is looked at, so that a request
+    /// naming many topics costs the controller little once its budget is spent.
+    #[must_use = "a refused topic must not be created"]
+    pub(crate) fn spent(&self, topic: &str) -> Result<(), Refusal> {
+        self.clone().take(topic, 1)
+    }
+
     /// Charges `topic`'s `partitions`, or says which bound it would pass (and
     /// charges nothing).
     #[must_use = "a refused topic must not be created"]
@@ -121,6 +129,10 @@ mod tests {
                 vec![("a", 5, Ok(())), ("b", 1, Err(cluster))],
             ),
             ((10, 100, 100), vec![("a", 1, Err(cluster))]),
+            (
+                (10, 100, 0),
+                vec![("a", 10, Ok(())), ("b", 1, Err(per_request))],
+            ),
             // Internal topics are not charged.
             (
                 (10, 100, 95),
@@ -133,7 +145,12 @@ mod tests {
         for ((r, c, now), topics) in cases {
             let mut b = budget(r, c, now);
             for (topic, partitions, expected) in topics {
+                let spent = b.spent(topic);
                 let got = b.take(topic, partitions);
+                // Only a topic that cannot fit however small is refused unseen.
+                if spent.is_err() {
+                    assert!(got.is_err(), "{topic}");
+                }
                 match expected {
                     Ok(()) => assert_eq!(got, Ok(()), "{topic} {partitions}"),
                     Err(key) => {

@@ -91,6 +91,8 @@ impl Controller {
                     ErrorCode::InvalidRequest,
                     format!("topic {:?} appears more than once in the request", t.name),
                 ))
+            } else if let Some(Err(refusal)) = auto_create.as_ref().map(|b| b.spent(&t.name)) {
+                Err(refusal)
             } else {
                 match asked {
                     Ok(asked) => self.validate_topic(asked, &created, &metric_names, usable.len()),

@@ -448,3 +448,58 @@ fn a_controller_with_an_invalid_configuration_does_not_start() {
         assert_eq!(err.key, key);
     }
 }
+
+/// An auto-creating request (a Metadata request's unknown topics) creates
+/// topics in order until its budget is spent; the rest are refused without
+/// being looked at (a bad name among them is not even validated), so naming
+/// many topics costs the controller little.
+#[test]
+fn an_auto_creating_request_stops_looking_once_its_budget_is_spent() {
+    let mut config = ControllerConfig::new(0, CLUSTER_ID);
+    config.auto_create_max_partitions_per_request = 2;
+    let mut cl = Cluster::with_config(config);
+    cl.add_brokers(&[1]);
+    let request = |auto_create| pb::CreateTopicsRequest {
+        topics: vec![
+            Cluster::topic("a", -1, -1),
+            Cluster::topic("b", -1, -1),
+            Cluster::topic("c", -1, -1),
+            Cluster::topic("bad name", -1, -1),
+        ],
+        timeout_ms: 0,
+        validate_only: false,
+        forwarded: false,
+        auto_create,
+    };
+    let codes = |r: &pb::CreateTopicsResponse| -> Vec<ErrorCode> {
+        r.topics
+            .iter()
+            .map(|t| ErrorCode::from_wire(t.error_code))
+            .collect()
+    };
+    let r = cl.c.create_topics(&request(false));
+    assert_eq!(
+        codes(&r.response),
+        [
+            ErrorCode::None,
+            ErrorCode::None,
+            ErrorCode::None,
+            ErrorCode::InvalidTopicException
+        ]
+    );
+    let r = cl.c.create_topics(&request(true));
+    assert_eq!(
+        codes(&r.response),
+        [
+            ErrorCode::None,
+            ErrorCode::None,
+            ErrorCode::PolicyViolation,
+            ErrorCode::PolicyViolation
+        ]
+    );
+    let response = cl.commit(r);
+    assert!(response.topics[2]
+        .error_message
+        .contains("auto_create_topics_max_partitions_per_request"));
+    assert_eq!(cl.c.image().partition_count(), 2);
+}
