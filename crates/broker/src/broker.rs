@@ -380,7 +380,8 @@ impl Broker {
 
     /// FindCoordinator: the leader of the `__consumer_offsets` partition the
     /// group hashes to, as an endpoint of `listener`. The topic is created
-    /// when the first group asks.
+    /// when the first group asks (unless the controller created it already,
+    /// `offsets_topic_eager_creation`).
     async fn find_coordinator(
         &self,
         r: &pb::FindCoordinatorRequest,
@@ -438,28 +439,22 @@ impl Broker {
         }
     }
 
-    /// Creates `__consumer_offsets` with the groups' settings. Kept whatever its
-    /// age: syncline does not compact, and a group's last commit must outlive
-    /// any retention.
+    /// Creates `__consumer_offsets`. Partitions, replication factor and configs
+    /// are left unset: the active controller creates it with the offsets topic's
+    /// settings (`offsets_topic_*`; kept whatever its age, since syncline does not
+    /// compact and a group's last commit must outlive any retention), whoever asks.
     async fn create_offsets_topic(&self) {
-        let g = &self.config.groups;
         let request = pb::CreateTopicsRequest {
             topics: vec![pb::CreatableTopic {
                 name: OFFSETS_TOPIC.to_string(),
-                num_partitions: g.offsets_topic_num_partitions,
-                replication_factor: g.offsets_topic_replication_factor,
-                configs: [
-                    ("retention.ms", "-1"),
-                    ("retention.bytes", "-1"),
-                    ("segment.bytes", "104857600"),
-                ]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+                num_partitions: -1,
+                replication_factor: -1,
+                configs: Default::default(),
             }],
             timeout_ms: CREATE_TOPICS_PROPAGATION.as_millis() as i32,
             validate_only: false,
             forwarded: false,
+            auto_create: false,
         };
         match self.create_topics_answer(request).await {
             pb::response::Body::CreateTopics(r) => {
@@ -493,18 +488,32 @@ impl Broker {
             timeout_ms: CREATE_TOPICS_PROPAGATION.as_millis() as i32,
             validate_only: false,
             forwarded: false,
+            auto_create: true,
         };
         match self.create_topics_answer(request).await {
-            pb::response::Body::CreateTopics(r) => r
-                .topics
-                .into_iter()
-                .filter(|t| {
-                    t.error_code != ErrorCode::None as i32
-                        && t.error_code != ErrorCode::TopicAlreadyExists as i32
-                })
-                .inspect(|t| tracing::info!(topic = %t.name, error = %t.error_message, "auto-creation refused"))
-                .map(|t| (t.name, t.error_code))
-                .collect(),
+            pb::response::Body::CreateTopics(r) => {
+                let refused: Vec<pb::CreatableTopicResult> = r
+                    .topics
+                    .into_iter()
+                    .filter(|t| {
+                        t.error_code != ErrorCode::None as i32
+                            && t.error_code != ErrorCode::TopicAlreadyExists as i32
+                    })
+                    .collect();
+                // One line per request, however many names it gave.
+                if let Some(first) = refused.first() {
+                    tracing::info!(
+                        refused = refused.len(),
+                        topic = %first.name,
+                        error = %first.error_message,
+                        "auto-creation refused"
+                    );
+                }
+                refused
+                    .into_iter()
+                    .map(|t| (t.name, t.error_code))
+                    .collect()
+            }
             // No active controller: retriable, as Kafka answers while it creates.
             _ => names
                 .into_iter()

@@ -469,8 +469,11 @@ struct RawConfig {
     max_connections: Option<i64>,
     max_connections_per_ip: Option<i64>,
     auto_create_topics_enable: Option<bool>,
+    auto_create_topics_max_partitions_per_request: Option<i64>,
+    auto_create_topics_max_cluster_partitions: Option<i64>,
     offsets_topic_num_partitions: Option<i64>,
     offsets_topic_replication_factor: Option<i64>,
+    offsets_topic_eager_creation: Option<bool>,
     offsets_retention_minutes: Option<i64>,
     offset_metadata_max_bytes: Option<i64>,
     group_min_session_timeout_ms: Option<i64>,
@@ -738,6 +741,16 @@ pub struct BrokerConfig {
     /// `auto.create.topics.enable`). syncline's own clients never create topics
     /// this way. Default true.
     pub auto_create_topics_enable: bool,
+    /// Partitions one Metadata request may auto-create, all its unknown topics
+    /// together (syncline's; `__consumer_offsets` is not charged). A topic past
+    /// it is refused with `POLICY_VIOLATION`. Decided by the active controller,
+    /// with its own value. Default 1000.
+    pub auto_create_topics_max_partitions_per_request: usize,
+    /// Partitions in the cluster (every topic's) beyond which auto-creation
+    /// creates no more (syncline's; `__consumer_offsets` is never refused): a topic
+    /// that would pass it is refused with `POLICY_VIOLATION`; CreateTopics is not
+    /// bound by it. Decided by the active controller. Default 10000.
+    pub auto_create_topics_max_cluster_partitions: usize,
     /// Consumer groups: the group coordinators and the groups' committed
     /// offsets, on the internal topic `__consumer_offsets`.
     pub groups: GroupsConfig,
@@ -749,12 +762,19 @@ pub struct BrokerConfig {
 pub struct GroupsConfig {
     /// Partitions of `__consumer_offsets` when it is created; a group lives on
     /// the partition its id hashes to (Kafka's `offsets.topic.num.partitions`).
-    /// Default 50.
+    /// The active controller's value is the one used, whichever broker asks,
+    /// and the count never changes afterwards. Default 50.
     pub offsets_topic_num_partitions: i32,
     /// Its replication factor (Kafka's `offsets.topic.replication.factor`); the
     /// topic is created when the first group needs it, once that many brokers
     /// are registered. Default 3.
     pub offsets_topic_replication_factor: i32,
+    /// The active controller creates `__consumer_offsets` as soon as
+    /// `offsets_topic_replication_factor` brokers are up, rather than when the
+    /// first group asks (syncline's): a cluster that loses a broker before its
+    /// first group still serves groups. Its partitions are then placed on the
+    /// brokers up at that moment. Default false.
+    pub offsets_topic_eager_creation: bool,
     /// Committed offsets of an empty group are deleted this long after their
     /// commit, in minutes (Kafka's `offsets.retention.minutes`). Default 10080.
     pub offsets_retention_minutes: i64,
@@ -971,6 +991,20 @@ impl BrokerConfig {
             max_connections,
             max_connections_per_ip,
             auto_create_topics_enable: raw.auto_create_topics_enable.unwrap_or(true),
+            auto_create_topics_max_partitions_per_request: in_range(
+                "auto_create_topics_max_partitions_per_request",
+                raw.auto_create_topics_max_partitions_per_request,
+                1_000,
+                1,
+                i32::MAX as i64,
+            )? as usize,
+            auto_create_topics_max_cluster_partitions: in_range(
+                "auto_create_topics_max_cluster_partitions",
+                raw.auto_create_topics_max_cluster_partitions,
+                10_000,
+                1,
+                i32::MAX as i64,
+            )? as usize,
             groups,
             fetch_max_bytes,
             #[cfg(feature = "unauthenticated-internal-apis")]
@@ -1708,6 +1742,7 @@ fn groups(raw: &RawConfig, session_timeouts_ms: (i64, i64)) -> Result<GroupsConf
             1,
             i16::MAX as i64,
         )? as i32,
+        offsets_topic_eager_creation: raw.offsets_topic_eager_creation.unwrap_or(false),
         offsets_retention_minutes: in_range(
             "offsets_retention_minutes",
             raw.offsets_retention_minutes,
@@ -1875,6 +1910,14 @@ mod tests {
             (
                 "max_incremental_fetch_session_partitions = 0",
                 "max_incremental_fetch_session_partitions",
+            ),
+            (
+                "auto_create_topics_max_partitions_per_request = 0",
+                "auto_create_topics_max_partitions_per_request",
+            ),
+            (
+                "auto_create_topics_max_cluster_partitions = -1",
+                "auto_create_topics_max_cluster_partitions",
             ),
         ] {
             let text = format!("{MINIMAL}\n{extra}");

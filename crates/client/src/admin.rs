@@ -281,6 +281,7 @@ impl Admin {
                 timeout_ms: i32::try_from(config.request_timeout_ms).unwrap_or(i32::MAX),
                 validate_only: false,
                 forwarded: false,
+                auto_create: false,
             };
             let body = self
                 .cluster

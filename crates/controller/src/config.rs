@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 use syncline_proto::compression::{Compression, CODECS};
 
+use crate::internal_topics::OffsetsTopicConfig;
+
 /// `min.insync.replicas`: the ISR size `acks=all` needs.
 pub const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";
 /// `unclean.leader.election.enable`: may a replica outside the ISR become leader.
@@ -333,6 +335,14 @@ pub struct ControllerConfig {
     /// Topic config defaults (`min.insync.replicas`, `unclean.leader.election.enable`,
     /// `log.retention.ms`, ...).
     pub topic_defaults: TopicConfig,
+    /// What `__consumer_offsets` is created with, whoever asks (`offsets.topic.*`).
+    pub offsets_topic: OffsetsTopicConfig,
+    /// Partitions one auto-creating request (a Metadata request's unknown topics)
+    /// may create; internal topics are not charged (syncline's).
+    pub auto_create_max_partitions_per_request: usize,
+    /// Partitions in the cluster beyond which auto-creation creates no more;
+    /// internal topics are never refused (syncline's).
+    pub auto_create_max_cluster_partitions: usize,
 }
 
 impl ControllerConfig {
@@ -345,6 +355,9 @@ impl ControllerConfig {
             num_partitions: 1,
             default_replication_factor: 1,
             topic_defaults: TopicConfig::default(),
+            offsets_topic: OffsetsTopicConfig::default(),
+            auto_create_max_partitions_per_request: 1_000,
+            auto_create_max_cluster_partitions: 10_000,
         }
     }
 
@@ -368,6 +381,26 @@ impl ControllerConfig {
         positive(
             "default_replication_factor",
             self.default_replication_factor >= 1,
+        )?;
+        positive(
+            "auto_create_topics_max_partitions_per_request",
+            self.auto_create_max_partitions_per_request >= 1,
+        )?;
+        positive(
+            "auto_create_topics_max_cluster_partitions",
+            self.auto_create_max_cluster_partitions >= 1,
+        )?;
+        positive(
+            "offsets_topic_num_partitions",
+            self.offsets_topic.num_partitions >= 1,
+        )?;
+        positive(
+            "offsets_topic_replication_factor",
+            self.offsets_topic.replication_factor >= 1,
+        )?;
+        positive(
+            "offsets_topic_segment_bytes",
+            self.offsets_topic.segment_bytes >= 1,
         )?;
         self.topic_defaults.validate()
     }

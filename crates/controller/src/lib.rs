@@ -145,6 +145,7 @@
 //!     timeout_ms: 30_000,
 //!     validate_only: false,
 //!     forwarded: false,
+//!     auto_create: false,
 //! };
 //! let r = c.create_topics(&create);
 //! commit(&quorum, &mut c, r).await?;
@@ -190,11 +191,13 @@
 
 #![warn(missing_docs)]
 
+mod auto_create;
 mod config;
 mod controller;
 mod draft;
 mod election;
 mod image;
+mod internal_topics;
 mod placement;
 mod quorum;
 mod records;
@@ -213,6 +216,7 @@ pub use image::{
     ApplyError, BrokerRegistration, InvalidSnapshot, InvariantViolation, MetadataImage,
     PartitionRegistration, TopicImage,
 };
+pub use internal_topics::{is_internal, OffsetsTopicConfig};
 pub use quorum::{
     heartbeat_request as raft_heartbeat_request, request_sender as raft_request_sender,
     ProposeError, Quorum, QuorumConfig, QuorumError, QuorumStatus, QuorumTransport, VoterStatus,

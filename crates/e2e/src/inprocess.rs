@@ -287,6 +287,7 @@ impl TestCluster {
                 timeout_ms: 10_000,
                 validate_only: false,
                 forwarded: false,
+                auto_create: false,
             }))
             .await
             .unwrap();

@@ -71,6 +71,7 @@ pub(crate) fn create_topics(r: CreateTopicsRequest, version: i16, cid: i32) -> R
         timeout_ms: r.timeout_ms,
         validate_only: r.validate_only,
         forwarded: false,
+        auto_create: false,
     });
     let reply: Reply = Box::new(move |resp| {
         let result = |name: &str, code: i16, message: &str| {

@@ -9,6 +9,12 @@ use std::time::Duration;
 /// file name).
 pub const MAX_TOPIC_NAME_LEN: usize = 249;
 
+/// The internal topic of the group coordinators' state (committed offsets and
+/// group metadata), Kafka's name. The coordinators alone write it, and the
+/// controller keeps clients from creating it otherwise than with the offsets
+/// topic's settings, deleting it or changing what its commits rest on.
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
 /// Kafka's topic name rules: 1..=249 characters of `[a-zA-Z0-9._-]`, not `.`
 /// or `..`. A name that passes is safe as a directory name; `Err` says why not.
 pub fn validate_topic_name(name: &str) -> Result<(), String> {

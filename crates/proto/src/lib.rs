@@ -16,7 +16,7 @@ pub mod frame;
 
 pub use common::{
     validate_topic_name, wall_clock_ms, Backoff, EpochEndOffset, TimestampOffset, TopicPartition,
-    MAX_TOPIC_NAME_LEN,
+    MAX_TOPIC_NAME_LEN, OFFSETS_TOPIC,
 };
 
 /// Generated protobuf messages (package `syncline.v1`).

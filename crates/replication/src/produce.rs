@@ -11,7 +11,7 @@ use syncline_proto::{ErrorCode, ACKS_ALL};
 
 /// The internal topic of the group coordinators' state (committed offsets and
 /// group metadata): only the coordinators write it.
-pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+pub use syncline_proto::OFFSETS_TOPIC;
 
 /// Longest an `acks=all` produce may wait, whatever it asks for.
 pub const MAX_PRODUCE_TIMEOUT: Duration = Duration::from_secs(300);

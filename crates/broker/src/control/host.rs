@@ -204,6 +204,12 @@ pub(crate) async fn start(
     cc.num_partitions = config.num_partitions;
     cc.default_replication_factor = config.default_replication_factor;
     cc.topic_defaults = crate::topic_config::controller_defaults(config);
+    cc.offsets_topic.num_partitions = config.groups.offsets_topic_num_partitions;
+    cc.offsets_topic.replication_factor = config.groups.offsets_topic_replication_factor;
+    cc.offsets_topic.eager_creation = config.groups.offsets_topic_eager_creation;
+    cc.auto_create_max_partitions_per_request =
+        config.auto_create_topics_max_partitions_per_request;
+    cc.auto_create_max_cluster_partitions = config.auto_create_topics_max_cluster_partitions;
     cc.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
 
     let election = config.controller_quorum_election_timeout_ms;
@@ -523,6 +529,10 @@ impl Host {
                     // ("broker session expired: fencing", with its silence).
                     let r = office.controller.tick(now);
                     self.commit(&mut office.controller, r).await?;
+                    let r = office.controller.create_internal_topics();
+                    for topic in self.commit(&mut office.controller, r).await? {
+                        tracing::info!(%topic, "internal topic created: enough brokers are up for its replication factor (offsets_topic_eager_creation)");
+                    }
                 }
                 _ = rebalance.tick(), if rebalancing => {
                     let r = office.controller.rebalance_leaders(imbalance_percentage);

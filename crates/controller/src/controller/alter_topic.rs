@@ -7,6 +7,7 @@ use syncline_proto::{pb, ErrorCode};
 use super::topics::new_partition_records;
 use super::{Controller, ControllerResult, MAX_PARTITIONS_PER_REQUEST};
 use crate::config::TOPIC_CONFIG_KEYS;
+use crate::internal_topics;
 use crate::placement;
 use crate::records;
 
@@ -15,7 +16,8 @@ impl Controller {
     /// result is validated as at creation (`min.insync.replicas` against the
     /// topic's replication factor); the partition count only grows, the new
     /// partitions placed as at creation with the topic's replication factor. Either
-    /// both changes are made or, on any refusal, neither. The response carries the
+    /// both changes are made or, on any refusal, neither. An internal topic's
+    /// partitions and retention stay as they are (`internal_topics::alteration`). The response carries the
     /// effective configs and partition count after the change.
     pub fn alter_topic(
         &self,
@@ -98,6 +100,21 @@ impl Controller {
             },
         };
         let added = wanted - current;
+        // What the topic's configs are now; a topic whose stored configs no longer
+        // validate (defaults changed since) counts as having the defaults.
+        let before = self
+            .config
+            .topic_defaults
+            .with_overrides(
+                topic.configs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                replication_factor,
+            )
+            .map_or_else(|_| self.config.topic_defaults.clone(), |(c, _)| c);
+        if let Err((code, message)) =
+            internal_topics::alteration(&req.name, added, &before, &config)
+        {
+            return refuse(code, message);
+        }
         if added > MAX_PARTITIONS_PER_REQUEST {
             return refuse(
                 ErrorCode::PolicyViolation,

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use syncline_proto::{pb, ErrorCode};
 
 use super::{Controller, ControllerResult};
+use crate::internal_topics;
 use crate::records;
 
 impl Controller {
@@ -13,7 +14,8 @@ impl Controller {
     /// is free at once, and a topic created under it gets another topic id, so no
     /// broker can take a deleted copy for the new topic's);
     /// UNKNOWN_TOPIC_OR_PARTITION when there is no such topic; INVALID_REQUEST
-    /// when the request names it twice. A reassignment in progress goes with the
+    /// when the request names it twice; POLICY_VIOLATION for an internal topic
+    /// (`internal_topics::deletion`). A reassignment in progress goes with the
     /// topic, as in Kafka.
     pub fn delete_topics(
         &self,
@@ -45,6 +47,9 @@ impl Controller {
                         format!("topic {name:?} does not exist"),
                     );
                 };
+                if let Err((code, message)) = internal_topics::deletion(name) {
+                    return result(code, message);
+                }
                 tracing::info!(topic = %name, topic_id = topic.topic_id, partitions = topic.partitions.len(), "deleting topic");
                 records.push(records::remove_topic_record(name, topic.topic_id));
                 result(ErrorCode::None, String::new())

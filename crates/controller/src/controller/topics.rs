@@ -1,12 +1,15 @@
 //! `CreateTopics`: validation in Kafka's order, replica placement, initial state.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use syncline_proto::{pb, ErrorCode, NO_LEADER};
+use syncline_proto::{pb, ErrorCode, NO_LEADER, OFFSETS_TOPIC};
 
 use super::{Controller, ControllerResult};
+use crate::auto_create::AutoCreateBudget;
 use crate::config::TopicConfig;
 use crate::image::PartitionRegistration;
+use crate::internal_topics;
 use crate::placement::{self, Candidate};
 use syncline_proto::TopicPartition;
 
@@ -33,7 +36,8 @@ type Refusal = (ErrorCode, String);
 impl Controller {
     /// `CreateTopics`. Each topic is validated on its own (a duplicate name within the
     /// request, the name, existence, a `.`/`_` collision, partitions, replication factor
-    /// against the usable brokers, configs) and, unless `validate_only`, placed and
+    /// against the usable brokers, configs; an internal topic's settings; for an
+    /// auto-creating request, its budget) and, unless `validate_only`, placed and
     /// created with ISR = replicas, leader = first replica, epochs 0. The response
     /// echoes partitions, RF and the effective configs.
     pub fn create_topics(
@@ -45,9 +49,19 @@ impl Controller {
         for t in &req.topics {
             *name_counts.entry(t.name.as_str()).or_default() += 1;
         }
-        let requested_partitions: usize = req
+        // Internal topics get their own settings (or are refused) before anything
+        // else looks at them; one that exists is TOPIC_ALREADY_EXISTS, as any topic.
+        let asked: Vec<Result<Cow<'_, pb::CreatableTopic>, Refusal>> = req
             .topics
             .iter()
+            .map(|t| match self.image.topic(&t.name) {
+                Some(_) => Ok(Cow::Borrowed(t)),
+                None => internal_topics::creation(&self.config.offsets_topic, t),
+            })
+            .collect();
+        let requested_partitions: usize = asked
+            .iter()
+            .flatten()
             .map(|t| match t.num_partitions {
                 -1 => self.config.num_partitions,
                 n => n.max(0),
@@ -56,10 +70,14 @@ impl Controller {
             .fold(0, usize::saturating_add);
 
         let mut created: BTreeSet<&str> = BTreeSet::new();
+        let mut metric_names = MetricNames::of(self.image.topics().map(|(name, _)| name));
         let mut cursor = self.image.partition_count();
+        let mut auto_create = req
+            .auto_create
+            .then(|| AutoCreateBudget::new(&self.config, cursor));
         let mut records = Vec::new();
         let mut results = Vec::with_capacity(req.topics.len());
-        for t in &req.topics {
+        for (t, asked) in req.topics.iter().zip(&asked) {
             let outcome = if requested_partitions > MAX_PARTITIONS_PER_REQUEST {
                 Err((
                     ErrorCode::PolicyViolation,
@@ -73,9 +91,20 @@ impl Controller {
                     ErrorCode::InvalidRequest,
                     format!("topic {:?} appears more than once in the request", t.name),
                 ))
+            } else if let Some(Err(refusal)) = auto_create.as_ref().map(|b| b.spent(&t.name)) {
+                Err(refusal)
             } else {
-                self.validate_topic(t, &created, usable.len())
+                match asked {
+                    Ok(asked) => self.validate_topic(asked, &created, &metric_names, usable.len()),
+                    Err(refusal) => Err(refusal.clone()),
+                }
             };
+            let outcome = outcome.and_then(|new| match auto_create.as_mut() {
+                Some(budget) => budget
+                    .take(&t.name, usize::try_from(new.num_partitions).unwrap_or(0))
+                    .map(|()| new),
+                None => Ok(new),
+            });
             let new = match outcome {
                 Ok(new) => new,
                 Err((code, message)) => {
@@ -96,6 +125,7 @@ impl Controller {
                 let assignment = placement::assign_replicas(&usable, num_partitions, rf, cursor);
                 cursor += num_partitions;
                 created.insert(&t.name);
+                metric_names.insert(&t.name);
                 records.push(records::topic_record(&t.name, &new.overrides));
                 records.extend(new_partition_records(&t.name, 0, assignment));
                 tracing::info!(
@@ -117,6 +147,41 @@ impl Controller {
         ControllerResult::new(pb::CreateTopicsResponse { topics: results }, records)
     }
 
+    /// Internal topics the controller creates unasked: `__consumer_offsets` once
+    /// enough brokers can take its replicas, when `offsets_topic.eager_creation`
+    /// is on (`internal_topics::create_unasked`). For the shell to run after
+    /// each tick; the names created.
+    pub fn create_internal_topics(&self) -> ControllerResult<Vec<String>> {
+        let exists = self.image.topic(OFFSETS_TOPIC).is_some();
+        if !internal_topics::create_unasked(
+            &self.config.offsets_topic,
+            exists,
+            self.placement_candidates().len(),
+        ) {
+            return ControllerResult::answer(Vec::new());
+        }
+        let r = self.create_topics(&pb::CreateTopicsRequest {
+            topics: vec![pb::CreatableTopic {
+                name: OFFSETS_TOPIC.to_owned(),
+                num_partitions: -1,
+                replication_factor: -1,
+                configs: Default::default(),
+            }],
+            timeout_ms: 0,
+            validate_only: false,
+            forwarded: false,
+            auto_create: false,
+        });
+        let created = r
+            .response
+            .topics
+            .into_iter()
+            .filter(|t| t.error_code == ErrorCode::None as i32)
+            .map(|t| t.name)
+            .collect();
+        ControllerResult::new(created, r.records)
+    }
+
     /// The brokers new replicas may go to: unfenced and not shutting down.
     pub(super) fn placement_candidates(&self) -> Vec<Candidate<'_>> {
         self.image
@@ -133,6 +198,7 @@ impl Controller {
         &self,
         t: &pb::CreatableTopic,
         created: &BTreeSet<&str>,
+        metric_names: &MetricNames<'_>,
         usable_brokers: usize,
     ) -> Result<NewTopic, Refusal> {
         validate_topic_name(&t.name)?;
@@ -144,14 +210,8 @@ impl Controller {
         }
         // `.` and `_` map to the same metric name, so Kafka refuses topics that differ
         // only there.
-        let collision_key = |name: &str| name.replace('.', "_");
         if t.name.contains(['.', '_']) {
-            let key = collision_key(&t.name);
-            let existing = self.image.topics().map(|(n, _)| n);
-            if let Some(other) = existing
-                .chain(created.iter().copied())
-                .find(|other| collision_key(other) == key)
-            {
+            if let Some(other) = metric_names.colliding(&t.name) {
                 return Err((
                     ErrorCode::InvalidTopicException,
                     format!(
@@ -208,6 +268,36 @@ impl Controller {
             config,
             overrides,
         })
+    }
+}
+
+/// Topic names by their metric name (`.` written `_`), for the names with a `.`
+/// or `_` (only those can collide): one lookup per new name, not a scan of
+/// every topic, so that a request naming thousands of topics in a cluster of
+/// thousands does not hold the controller for seconds.
+struct MetricNames<'a>(HashMap<String, &'a str>);
+
+impl<'a> MetricNames<'a> {
+    fn of(names: impl Iterator<Item = &'a str>) -> Self {
+        let mut index = MetricNames(HashMap::new());
+        for name in names {
+            index.insert(name);
+        }
+        index
+    }
+
+    fn insert(&mut self, name: &'a str) {
+        if name.contains(['.', '_']) {
+            self.0.entry(name.replace('.', "_")).or_insert(name);
+        }
+    }
+
+    /// Another topic whose metric name is `name`'s.
+    fn colliding(&self, name: &str) -> Option<&'a str> {
+        self.0
+            .get(&name.replace('.', "_"))
+            .copied()
+            .filter(|other| *other != name)
     }
 }
 

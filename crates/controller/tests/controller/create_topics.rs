@@ -146,6 +146,7 @@ fn a_new_partition_starts_with_every_replica_in_sync_and_its_first_replica_leadi
         timeout_ms: 0,
         validate_only: false,
         forwarded: false,
+        auto_create: false,
     };
     let r = cl.c.create_topics(&req);
     assert!(
@@ -214,6 +215,7 @@ fn validate_only_answers_without_records() {
         timeout_ms: 0,
         validate_only: true,
         forwarded: false,
+        auto_create: false,
     };
     let r = cl.c.create_topics(&req);
     assert!(r.records.is_empty());
@@ -374,6 +376,7 @@ fn too_many_partitions_in_one_request_are_a_policy_violation() {
         timeout_ms: 0,
         validate_only: false,
         forwarded: false,
+        auto_create: false,
     };
     let r = cl.c.create_topics(&req);
     assert!(r.records.is_empty());
@@ -388,6 +391,7 @@ fn too_many_partitions_in_one_request_are_a_policy_violation() {
         timeout_ms: 0,
         validate_only: false,
         forwarded: false,
+        auto_create: false,
     };
     assert_eq!(
         ErrorCode::from_wire(cl.c.create_topics(&req).response.topics[0].error_code),
@@ -443,4 +447,59 @@ fn a_controller_with_an_invalid_configuration_does_not_start() {
         .unwrap_err();
         assert_eq!(err.key, key);
     }
+}
+
+/// An auto-creating request (a Metadata request's unknown topics) creates
+/// topics in order until its budget is spent; the rest are refused without
+/// being looked at (a bad name among them is not even validated), so naming
+/// many topics costs the controller little.
+#[test]
+fn an_auto_creating_request_stops_looking_once_its_budget_is_spent() {
+    let mut config = ControllerConfig::new(0, CLUSTER_ID);
+    config.auto_create_max_partitions_per_request = 2;
+    let mut cl = Cluster::with_config(config);
+    cl.add_brokers(&[1]);
+    let request = |auto_create| pb::CreateTopicsRequest {
+        topics: vec![
+            Cluster::topic("a", -1, -1),
+            Cluster::topic("b", -1, -1),
+            Cluster::topic("c", -1, -1),
+            Cluster::topic("bad name", -1, -1),
+        ],
+        timeout_ms: 0,
+        validate_only: false,
+        forwarded: false,
+        auto_create,
+    };
+    let codes = |r: &pb::CreateTopicsResponse| -> Vec<ErrorCode> {
+        r.topics
+            .iter()
+            .map(|t| ErrorCode::from_wire(t.error_code))
+            .collect()
+    };
+    let r = cl.c.create_topics(&request(false));
+    assert_eq!(
+        codes(&r.response),
+        [
+            ErrorCode::None,
+            ErrorCode::None,
+            ErrorCode::None,
+            ErrorCode::InvalidTopicException
+        ]
+    );
+    let r = cl.c.create_topics(&request(true));
+    assert_eq!(
+        codes(&r.response),
+        [
+            ErrorCode::None,
+            ErrorCode::None,
+            ErrorCode::PolicyViolation,
+            ErrorCode::PolicyViolation
+        ]
+    );
+    let response = cl.commit(r);
+    assert!(response.topics[2]
+        .error_message
+        .contains("auto_create_topics_max_partitions_per_request"));
+    assert_eq!(cl.c.image().partition_count(), 2);
 }

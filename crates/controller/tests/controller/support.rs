@@ -164,6 +164,7 @@ impl Cluster {
             timeout_ms: 30_000,
             validate_only: false,
             forwarded: false,
+            auto_create: false,
         };
         let r = self.c.create_topics(&req);
         self.commit(r).topics

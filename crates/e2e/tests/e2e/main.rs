@@ -40,10 +40,12 @@ mod suite_scripts;
 
 /// Stories told on brokers inside the test process.
 mod in_process {
+    mod auto_create;
     mod bad_input;
     mod epochs;
     mod follower_fetch;
     mod forgery;
+    mod internal_topics;
     mod long_poll;
     pub(crate) mod replication;
     mod single_broker;

@@ -181,6 +181,7 @@ async fn absurd_values_get_error_codes() {
             timeout_ms: 1000,
             validate_only: false,
             forwarded: false,
+            auto_create: false,
         })
     };
     for (body, want) in [
