@@ -1003,7 +1003,7 @@ pub async fn start_on(
             config.max_connections_per_ip,
             metrics.connections.clone(),
         ),
-        heavy_work: crate::front::HeavyWork::new(),
+        heavy_work: crate::front::HeavyWork::new(&config),
         producer_ids: Default::default(),
         groups: crate::groups::GroupManager::new(
             config.groups.clone(),

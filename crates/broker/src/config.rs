@@ -698,6 +698,11 @@ pub struct BrokerConfig {
     /// `synclined` contains it too; nothing outside a test can select it).
     #[cfg(feature = "legacy-truncation")]
     pub truncation_rule: TruncationRule,
+    /// Whether requests' CPU-heavy work runs on the blocking pool, off the I/O
+    /// runtime (see the front end's `HeavyWork`). Not a config-file key: the
+    /// simulation turns it off, as a thread of the blocking pool would run in
+    /// an order its seed does not decide. Default true.
+    pub heavy_work_off_runtime: bool,
     /// Upper bound on the record bytes of one fetch response, whatever the
     /// request asks (Kafka's `fetch.max.bytes`); a partition's share is capped by
     /// it too. One batch larger than the rest of the budget still goes out, so a
@@ -983,6 +988,7 @@ impl BrokerConfig {
             leader_imbalance_per_broker_percentage: leadership.imbalance_per_broker_percentage,
             #[cfg(feature = "legacy-truncation")]
             truncation_rule: TruncationRule::LeaderEpoch,
+            heavy_work_off_runtime: true,
             broker_credentials_dir,
             scram_bootstrap_file,
             ssl,

@@ -652,6 +652,9 @@ pub fn run(options: &Options) -> anyhow::Result<Report> {
             async move {
                 let mut config = BrokerConfig::parse(&text).map_err(|e| format!("{e:#}"))?;
                 config.truncation_rule = truncation;
+                // The blocking pool's threads would run in an order the seed
+                // does not decide.
+                config.heavy_work_off_runtime = false;
                 // As synclined's main: a broker that cannot start, or must stop
                 // (a failed log), ends its process; the supervisor restarts it.
                 let Ok(broker) = syncline_broker::start(config, Arc::new(SimNet)).await else {

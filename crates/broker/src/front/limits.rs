@@ -86,13 +86,16 @@ fn fetch_reservation(config: &crate::config::BrokerConfig, max_bytes: i32) -> u3
 #[derive(Debug)]
 pub(crate) struct HeavyWork {
     permits: Arc<Semaphore>,
+    /// False: run inline (`heavy_work_off_runtime`, the simulation's).
+    off_runtime: bool,
 }
 
 impl HeavyWork {
-    pub(crate) fn new() -> HeavyWork {
+    pub(crate) fn new(config: &crate::config::BrokerConfig) -> HeavyWork {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         HeavyWork {
             permits: Arc::new(Semaphore::new(cores)),
+            off_runtime: config.heavy_work_off_runtime,
         }
     }
 
@@ -101,6 +104,9 @@ impl HeavyWork {
         &self,
         work: impl FnOnce() -> T + Send + 'static,
     ) -> T {
+        if !self.off_runtime {
+            return work();
+        }
         let _core = self.permits.acquire().await.expect("never closed");
         match tokio::task::spawn_blocking(work).await {
             Ok(done) => done,
