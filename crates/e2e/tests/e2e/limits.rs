@@ -139,7 +139,12 @@ async fn a_kafka_client_that_floods_api_versions_without_reading_stops_being_rea
         flood.extend_from_slice(&correlation_id.to_be_bytes());
         flood.extend_from_slice(&(-1i16).to_be_bytes());
     }
-    let s = tokio::net::TcpStream::connect(cluster.node(1).kafka_addr())
+    // A small receive buffer: the kernel's buffers hold far less than the
+    // answers asked for.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let s = socket
+        .connect(cluster.node(1).kafka_addr().parse().unwrap())
         .await
         .unwrap();
     let (mut r, mut w) = s.into_split();
@@ -274,7 +279,11 @@ mod in_process {
             ("requests in flight", "queued_max_requests = 8\n"),
         ] {
             let cluster = TestCluster::start(1, extra).await;
-            cluster.create_topic("t", 3, 1, &[]).await;
+            // Answers of a few KiB each, and a client socket with a small
+            // receive buffer: what the kernel's buffers hold is far less than
+            // what the client asks for (megabytes would otherwise fit there,
+            // and the broker would never need to hold anything back).
+            cluster.create_topic("t", 100, 1, &[]).await;
             let frames: Vec<_> = (0..SENT)
                 .map(|correlation_id| {
                     frame::encode(&pb::Request {
@@ -288,7 +297,10 @@ mod in_process {
                     })
                 })
                 .collect();
-            let s = tokio::net::TcpStream::connect(&cluster.addrs[0])
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.set_recv_buffer_size(4096).unwrap();
+            let s = socket
+                .connect(cluster.addrs[0].parse().unwrap())
                 .await
                 .unwrap();
             let (mut r, mut w) = s.into_split();
