@@ -311,9 +311,9 @@ fn decide(check: &Check<'_>, body: pb::request::Body) -> Verdict {
             if r.allow_auto_topic_creation && !allowed.iter().all(|t| check.create_topic(t)) {
                 r.allow_auto_topic_creation = false;
             }
-            // With none left the request would ask for every topic: the
-            // patch keeps only the ones named.
+            // With none left it asks for no topic (not for every one).
             r.topics = allowed.clone();
+            r.no_topics = r.topics.is_empty();
             // A set: the answer is checked against it once per topic.
             let allowed: std::collections::HashSet<String> = allowed.into_iter().collect();
             Verdict::Partial(
@@ -806,6 +806,7 @@ mod tests {
             pb::request::Body::Metadata(pb::MetadataRequest {
                 topics: vec!["orders".into(), "secret".into()],
                 allow_auto_topic_creation: true,
+                no_topics: false,
             }),
             &user("bob"),
             "h",
@@ -825,6 +826,21 @@ mod tests {
             r.topics[0].error_code,
             ErrorCode::TopicAuthorizationFailed as i32
         );
+
+        // Only topics bob may not describe: what is served asks for no topic
+        // (an empty list alone would be every topic, built to be dropped).
+        let Verdict::Partial(pb::request::Body::Metadata(m), _) = a.check(
+            pb::request::Body::Metadata(pb::MetadataRequest {
+                topics: vec!["secret".into()],
+                ..Default::default()
+            }),
+            &user("bob"),
+            "h",
+            acls,
+        ) else {
+            panic!("partial expected");
+        };
+        assert!(m.topics.is_empty() && m.no_topics, "{m:?}");
     }
 
     #[test]
