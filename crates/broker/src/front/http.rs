@@ -7,7 +7,6 @@
 //! or idle between requests, is closed after it).
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,7 +67,7 @@ async fn serve_with(
 ) {
     let slots = Arc::new(Semaphore::new(bounds.max_connections));
     // Whether the refusals of the current spell of being full were logged.
-    let full_logged = AtomicBool::new(false);
+    let mut full_logged = false;
     loop {
         let (stream, peer) = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -81,7 +80,7 @@ async fn serve_with(
             },
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
-            if !full_logged.swap(true, Ordering::Relaxed) {
+            if !std::mem::replace(&mut full_logged, true) {
                 tracing::warn!(
                     %peer,
                     max_connections = bounds.max_connections,
@@ -91,7 +90,7 @@ async fn serve_with(
             drop(stream);
             continue;
         };
-        full_logged.store(false, Ordering::Relaxed);
+        full_logged = false;
         let scrape = scrape.clone();
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
