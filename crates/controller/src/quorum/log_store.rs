@@ -83,6 +83,7 @@ impl LogStore {
         // The log and snapshots hold the users' SCRAM verifiers: the directory
         // and every file in it are the owner's only.
         syncline_durable::create_private_dir_all(dir, DIR_MODE)?;
+        narrow_files(dir)?;
         let state_path = dir.join(STATE_FILE);
         let state = match frame::read_single_frame(&state_path)? {
             Some(payload) => postcard::from_bytes::<HardState>(&payload)
@@ -139,17 +140,12 @@ impl LogStore {
             }
         }
         let file = {
-            use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
-            let file = OpenOptions::new()
+            use std::os::unix::fs::OpenOptionsExt as _;
+            OpenOptions::new()
                 .append(true)
                 .create(true)
                 .mode(FILE_MODE)
-                .open(&log_path)?;
-            // Under a umask, or written wider by an older version.
-            if file.metadata()?.permissions().mode() & 0o7777 != FILE_MODE {
-                file.set_permissions(fs::Permissions::from_mode(FILE_MODE))?;
-            }
-            file
+                .open(&log_path)?
         };
         if valid < data.len() {
             file.set_len(u64::try_from(valid).unwrap_or(u64::MAX))?;
@@ -216,6 +212,20 @@ impl LogInner {
         self.file = OpenOptions::new().append(true).open(&path)?;
         Ok(())
     }
+}
+
+/// Makes every file in `dir` [`FILE_MODE`]: those an older version wrote
+/// readable by all.
+fn narrow_files(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        if meta.is_file() && meta.permissions().mode() & 0o7777 != FILE_MODE {
+            fs::set_permissions(entry.path(), fs::Permissions::from_mode(FILE_MODE))?;
+        }
+    }
+    Ok(())
 }
 
 fn put_log_frame(buf: &mut Vec<u8>, f: &LogFrame) -> io::Result<()> {
