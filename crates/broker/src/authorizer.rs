@@ -311,9 +311,9 @@ fn decide(check: &Check<'_>, body: pb::request::Body) -> Verdict {
             if r.allow_auto_topic_creation && !allowed.iter().all(|t| check.create_topic(t)) {
                 r.allow_auto_topic_creation = false;
             }
-            // With none left the request would ask for every topic: the
-            // patch keeps only the ones named.
+            // With none left it asks for no topic (not for every one).
             r.topics = allowed.clone();
+            r.no_topics = r.topics.is_empty();
             // A set: the answer is checked against it once per topic.
             let allowed: std::collections::HashSet<String> = allowed.into_iter().collect();
             Verdict::Partial(
@@ -482,6 +482,19 @@ fn decide(check: &Check<'_>, body: pb::request::Body) -> Verdict {
         Body::OffsetFetch(r) => {
             if !check.group(Describe, &r.group_id) {
                 return check.refusal(Describe, ResourceType::Group, &r.group_id);
+            }
+            if r.all && r.topics.is_empty() {
+                // Every offset the group committed: those of topics it may
+                // not Describe are left out, as Kafka does.
+                let filter = resource_filter(check, ResourceType::Topic, Describe);
+                return Verdict::Partial(
+                    Body::OffsetFetch(r),
+                    Box::new(move |resp| {
+                        if let pb::response::Body::OffsetFetch(f) = resp {
+                            f.topics.retain(|t| filter(&t.name));
+                        }
+                    }),
+                );
             }
             let names: Vec<String> = r.topics.iter().map(|t| t.name.clone()).collect();
             check.every_topic(
@@ -793,6 +806,7 @@ mod tests {
             pb::request::Body::Metadata(pb::MetadataRequest {
                 topics: vec!["orders".into(), "secret".into()],
                 allow_auto_topic_creation: true,
+                no_topics: false,
             }),
             &user("bob"),
             "h",
@@ -812,6 +826,21 @@ mod tests {
             r.topics[0].error_code,
             ErrorCode::TopicAuthorizationFailed as i32
         );
+
+        // Only topics bob may not describe: what is served asks for no topic
+        // (an empty list alone would be every topic, built to be dropped).
+        let Verdict::Partial(pb::request::Body::Metadata(m), _) = a.check(
+            pb::request::Body::Metadata(pb::MetadataRequest {
+                topics: vec!["secret".into()],
+                ..Default::default()
+            }),
+            &user("bob"),
+            "h",
+            acls,
+        ) else {
+            panic!("partial expected");
+        };
+        assert!(m.topics.is_empty() && m.no_topics, "{m:?}");
     }
 
     #[test]
@@ -850,6 +879,68 @@ mod tests {
         assert_eq!(
             described("admin"),
             [("orders".to_string(), 1), ("other".to_string(), 1)]
+        );
+    }
+
+    #[test]
+    fn all_of_a_groups_offsets_are_only_those_of_topics_it_may_describe() {
+        // alice may describe group g and topic orders (Read implies Describe),
+        // not topic secret; the group committed offsets on both.
+        let a = authorizer();
+        let fetched = |principal: &str, all: bool, topics: Vec<pb::OffsetFetchTopic>| {
+            let request = pb::request::Body::OffsetFetch(pb::OffsetFetchRequest {
+                group_id: "g".into(),
+                topics,
+                all,
+            });
+            let mut response = pb::response::Body::OffsetFetch(pb::OffsetFetchResponse {
+                error_code: 0,
+                topics: ["orders", "secret"]
+                    .map(|name| pb::OffsetFetchTopicResult {
+                        name: name.into(),
+                        partitions: vec![pb::FetchedOffset {
+                            partition: 0,
+                            offset: 42,
+                            ..Default::default()
+                        }],
+                    })
+                    .to_vec(),
+            });
+            match a.check(request, &user(principal), "h", acls) {
+                Verdict::Serve(_) => {}
+                Verdict::Partial(_, patch) => patch(&mut response),
+                other => return Err(kind(&other)),
+            }
+            let pb::response::Body::OffsetFetch(f) = response else {
+                unreachable!()
+            };
+            Ok(f.topics.into_iter().map(|t| t.name).collect::<Vec<_>>())
+        };
+        assert_eq!(
+            fetched("alice", true, vec![]),
+            Ok(vec!["orders".to_string()])
+        );
+        assert_eq!(
+            fetched("admin", true, vec![]),
+            Ok(vec!["orders".to_string(), "secret".to_string()])
+        );
+        // Named topics are checked one by one, as before.
+        let secret = vec![pb::OffsetFetchTopic {
+            name: "secret".into(),
+            partitions: vec![0],
+        }];
+        assert_eq!(
+            fetched("alice", true, secret.clone()),
+            Err("refuse TopicAuthorizationFailed".to_string())
+        );
+        assert_eq!(
+            fetched("alice", false, secret),
+            Err("refuse TopicAuthorizationFailed".to_string())
+        );
+        // Without Describe on the group, nothing.
+        assert_eq!(
+            fetched("bob", true, vec![]),
+            Err("refuse GroupAuthorizationFailed".to_string())
         );
     }
 

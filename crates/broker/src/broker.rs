@@ -16,7 +16,7 @@ use crate::auth::BrokerAuth;
 use crate::config::BrokerConfig;
 use crate::control::client::{run_lifecycle, BrokerStatus, ControllerChannel};
 use crate::control::host::{self, ControllerHandle};
-use crate::control::metadata_cache::MetadataCache;
+use crate::control::metadata_cache::{MetadataCache, Topics};
 use crate::front::{ConnectionLimits, Dispatch};
 use crate::groups::OFFSETS_TOPIC;
 use crate::metrics::{BrokerMetrics, PartitionLabel, MAX_PARTITION_SERIES};
@@ -291,13 +291,15 @@ impl Broker {
             vec![]
         };
         if unknown.is_empty() {
-            responder.send(Resp::Metadata(self.metadata.metadata(&r.topics, &listener)));
+            responder.send(Resp::Metadata(
+                self.metadata.metadata(Topics::of(&r), &listener),
+            ));
             return;
         }
         let broker = self.clone();
         tokio::spawn(async move {
             let failed = broker.auto_create_topics(unknown).await;
-            let mut answer = broker.metadata.metadata(&r.topics, &listener);
+            let mut answer = broker.metadata.metadata(Topics::of(&r), &listener);
             for t in &mut answer.topics {
                 if let Some(&code) = failed.get(&t.name) {
                     t.error_code = code;
@@ -419,7 +421,7 @@ impl Broker {
         let p = syncline_group::partition_for(&r.key, partitions as u32) as i32;
         let m = self
             .metadata
-            .metadata(&[OFFSETS_TOPIC.to_string()], listener);
+            .metadata(Topics::Named(&[OFFSETS_TOPIC.to_string()]), listener);
         let leader = m
             .topics
             .iter()

@@ -77,6 +77,7 @@ mod tests {
         let mut m = Body::Metadata(pb::MetadataRequest {
             topics: names(&["b", "a", "b", "b", "c", "a"]),
             allow_auto_topic_creation: true,
+            no_topics: false,
         });
         collapse_repeated_names(&mut m);
         let Body::Metadata(m) = m else { unreachable!() };

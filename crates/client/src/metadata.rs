@@ -85,7 +85,8 @@ pub(crate) struct TopicInfo {
 struct SeenEpochs {
     /// 0 until an answer names it.
     topic_id: i64,
-    /// Indexed by partition; -1 where none was seen.
+    /// Indexed by partition; -1 where none was seen. No longer than the most
+    /// partitions an answer listed: see [`SeenEpochs::record`].
     epochs: Vec<i32>,
 }
 
@@ -114,8 +115,13 @@ impl SeenEpochs {
             .unwrap_or(-1)
     }
 
-    fn record(&mut self, partition: i32, epoch: i32) {
-        let Ok(i) = usize::try_from(partition) else {
+    /// Records `partition`'s epoch, of a topic of `partitions` partitions.
+    /// A topic's partitions are numbered from 0: a number past its count
+    /// (an answer from a broken or hostile broker) is not recorded, so that
+    /// it cannot make the client allocate gigabytes (4 bytes a partition up
+    /// to it).
+    fn record(&mut self, partition: i32, epoch: i32, partitions: usize) {
+        let Some(i) = usize::try_from(partition).ok().filter(|&i| i < partitions) else {
             return;
         };
         if self.epochs.len() <= i {
@@ -186,6 +192,7 @@ impl Metadata {
                 topic.partitions.iter().map(PartitionInfo::from).collect();
             partitions.sort_by_key(|p| p.partition);
             partitions.dedup_by_key(|p| p.partition);
+            let count = partitions.len();
             let seen = self.seen.entry(topic.name.clone()).or_default();
             let same_topic = seen.adopt(topic.topic_id);
             let old = self.topics.get(&topic.name).filter(|_| same_topic);
@@ -205,7 +212,7 @@ impl Metadata {
                         }
                     }
                 }
-                seen.record(p.partition, p.leader_epoch);
+                seen.record(p.partition, p.leader_epoch, count);
             }
             self.topics.insert(
                 topic.name.clone(),
@@ -262,18 +269,22 @@ impl Metadata {
         if leader < 0 || !self.brokers.contains_key(&leader) {
             return false;
         }
-        let Some(p) = self.topics.get_mut(&*tp.topic).and_then(|t| {
-            t.partitions
-                .iter_mut()
-                .find(|p| p.partition == tp.partition)
-        }) else {
+        let Some(t) = self.topics.get_mut(&*tp.topic) else {
+            return false;
+        };
+        let count = t.partitions.len();
+        let Some(p) = t
+            .partitions
+            .iter_mut()
+            .find(|p| p.partition == tp.partition)
+        else {
             return false;
         };
         if epoch > p.leader_epoch {
             p.leader = Some(leader);
             p.leader_epoch = epoch;
             if let Some(seen) = self.seen.get_mut(&*tp.topic) {
-                seen.record(tp.partition, epoch);
+                seen.record(tp.partition, epoch, count);
             }
             true
         } else {
@@ -344,6 +355,30 @@ pub(crate) mod tests {
             partitions,
             topic_id: 0,
         }
+    }
+
+    #[test]
+    fn a_huge_partition_number_in_an_answer_allocates_nothing_for_it() {
+        let now = Instant::now();
+        let mut md = Metadata::default();
+        let answer = |p: i32, epoch: i32| {
+            response(vec![topic(
+                "t",
+                vec![partition(0, 1, epoch, &[1]), partition(p, 1, epoch, &[1])],
+            )])
+        };
+        // A broker, hostile or broken, names partition P of a topic it
+        // answers two partitions of: what is remembered of it must not grow
+        // with P (4 bytes a partition up to P: 8 GB for two billion). The
+        // first P is one a regression survives (40 MB), to fail on.
+        for p in [10_000_000, 2_000_000_000, i32::MAX] {
+            md.update(&answer(p, 3), now);
+            let room = md.seen["t"].epochs.capacity();
+            assert!(room <= 16, "partition {p}: room for {room} epochs");
+        }
+        // The leader epochs of the partitions the answer could hold are kept.
+        md.update(&answer(5, 2), now);
+        assert_eq!(md.leader(&TopicPartition::new("t", 0)), Some((1, 3)));
     }
 
     #[test]

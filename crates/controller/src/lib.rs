@@ -40,7 +40,8 @@
 //!   `<log_dir>/__cluster_metadata`): `quorum.log`, the Raft log, CRC-32C frames
 //!   appended and fsynced, a torn tail cut off at open; `quorum.state`, the vote and
 //!   the committed index; `quorum.snapshot`, the last snapshot. The last two are
-//!   replaced whole, atomically.
+//!   replaced whole, atomically. They hold the users' SCRAM verifiers: each file is
+//!   mode 0600 and the directory 0700, whatever the umask.
 //!
 //! # Driving it
 //!

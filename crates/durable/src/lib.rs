@@ -88,6 +88,40 @@ pub fn create_dir_all(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// [`create_dir_all`] for a directory only its owner may enter: each
+/// directory it creates has exactly `mode` (say `0o700`), regardless of the
+/// umask, and so has `dir` itself when it already exists (a directory created
+/// wider by an older version is narrowed). Parents that already exist are
+/// left alone.
+#[cfg(unix)]
+pub fn create_private_dir_all(dir: &Path, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+    let mut missing = Vec::new();
+    let mut next = Some(dir);
+    while let Some(d) = next.filter(|d| !d.as_os_str().is_empty()) {
+        if d.try_exists()? {
+            break;
+        }
+        missing.push(d);
+        next = d.parent();
+    }
+    for d in missing.iter().rev() {
+        match fs::DirBuilder::new().mode(mode).create(d) {
+            Ok(()) => {}
+            // Created meanwhile by someone else: narrowed below like `dir`.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        // The umask may have cleared bits of `mode`.
+        fs::set_permissions(d, fs::Permissions::from_mode(mode))?;
+        sync_parent(d)?;
+    }
+    if fs::metadata(dir)?.permissions().mode() & 0o7777 != mode {
+        fs::set_permissions(dir, fs::Permissions::from_mode(mode))?;
+    }
+    Ok(())
+}
+
 /// `mode`: the exact permissions of the new file (unix only); `None` for the
 /// defaults of a new file.
 fn replace(path: &Path, bytes: &[u8], mode: Option<u32>) -> io::Result<()> {
@@ -302,6 +336,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join("file"), b"").unwrap();
         create_dir_all(&dir.path().join("file/orders-0")).unwrap_err();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_private_dir_and_its_new_parents_are_owner_only_and_an_old_one_is_narrowed() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let dir = tempfile::tempdir().unwrap();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let quorum = dir.path().join("logs/__cluster_metadata");
+        create_private_dir_all(&quorum, 0o700).unwrap();
+        assert_eq!(mode(&quorum), 0o700);
+        assert_eq!(mode(&dir.path().join("logs")), 0o700);
+        assert_eq!(mode(dir.path()), 0o755, "an existing parent is left alone");
+        fs::set_permissions(&quorum, fs::Permissions::from_mode(0o755)).unwrap();
+        create_private_dir_all(&quorum, 0o700).unwrap();
+        assert_eq!(mode(&quorum), 0o700);
     }
 
     #[cfg(unix)]

@@ -216,6 +216,8 @@ fn metadata(r: MetadataRequest, version: i16, cid: i32) -> Route {
         topics: names.clone().unwrap_or_default(),
         // Before v4 a Metadata request could not say; Kafka's brokers create.
         allow_auto_topic_creation: version < 4 || r.allow_auto_topic_creation,
+        // Not every topic's metadata built to be dropped.
+        no_topics: names.as_ref().is_some_and(Vec::is_empty),
     });
     let reply: Reply = Box::new(move |resp| {
         let mut out = MetadataResponse::default();
@@ -888,6 +890,7 @@ pub(crate) mod tests {
                 pb::request::Body::Metadata(pb::MetadataRequest {
                     topics: vec![],
                     allow_auto_topic_creation: true,
+                    no_topics: false,
                 })
             );
             let r: MetadataResponse = response(ApiKey::Metadata, version, reply(answer()));
@@ -901,7 +904,16 @@ pub(crate) mod tests {
             }
             let mut none = MetadataRequest::default();
             none.topics = Some(vec![]);
-            let (_, reply) = through(ApiKey::Metadata, version, &none);
+            let (body, reply) = through(ApiKey::Metadata, version, &none);
+            assert_eq!(
+                body,
+                pb::request::Body::Metadata(pb::MetadataRequest {
+                    topics: vec![],
+                    allow_auto_topic_creation: true,
+                    no_topics: true,
+                }),
+                "v{version}: no topic is not every topic"
+            );
             let r: MetadataResponse = response(ApiKey::Metadata, version, reply(answer()));
             assert!(r.topics.is_empty() && !r.brokers.is_empty(), "v{version}");
             let mut one = MetadataRequest::default();
@@ -914,6 +926,7 @@ pub(crate) mod tests {
                 pb::request::Body::Metadata(pb::MetadataRequest {
                     topics: vec!["orders".into()],
                     allow_auto_topic_creation: true,
+                    no_topics: false,
                 })
             );
             // Before v4 the field is not on the wire (Kafka's brokers create).

@@ -92,6 +92,28 @@ impl Security {
     }
 }
 
+/// The topics a Metadata request asks for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Topics<'a> {
+    /// Every topic.
+    Every,
+    /// These.
+    Named(&'a [String]),
+    /// None: the brokers and the controller only.
+    NoTopic,
+}
+
+impl Topics<'_> {
+    /// What `r` asks for.
+    pub(crate) fn of(r: &pb::MetadataRequest) -> Topics<'_> {
+        match (r.topics.is_empty(), r.no_topics) {
+            (false, _) => Topics::Named(&r.topics),
+            (true, false) => Topics::Every,
+            (true, true) => Topics::NoTopic,
+        }
+    }
+}
+
 /// The cluster as this broker knows it.
 #[derive(Debug)]
 pub(crate) struct MetadataCache {
@@ -577,7 +599,7 @@ impl MetadataCache {
     /// (just started) knows no topic: it answers LEADER_NOT_AVAILABLE, which a
     /// client retries, rather than UNKNOWN_TOPIC_OR_PARTITION, which would
     /// tell it a topic it uses is gone.
-    pub(crate) fn metadata(&self, topics: &[String], listener: &str) -> pb::MetadataResponse {
+    pub(crate) fn metadata(&self, topics: Topics<'_>, listener: &str) -> pb::MetadataResponse {
         let image = self.image.read();
         let unknown = if image.metadata_offset < 0 {
             ErrorCode::LeaderNotAvailable
@@ -590,15 +612,18 @@ impl MetadataCache {
             .filter(|b| !b.fenced)
             .filter_map(|b| Self::endpoint_on(b, listener))
             .collect();
-        let names: Vec<String> = if topics.is_empty() {
-            image.topics.keys().cloned().collect()
-        } else {
-            topics.to_vec()
+        let names: Vec<String> = match topics {
+            Topics::Every => image.topics.keys().cloned().collect(),
+            Topics::Named(names) => names.to_vec(),
+            // Not one of the image's topics is looked at.
+            Topics::NoTopic => Vec::new(),
         };
         let topics = names
             .into_iter()
-            .map(
-                |name| match image.topics.get(&name).filter(|t| !t.partitions.is_empty()) {
+            .map(|name| {
+                #[cfg(test)]
+                tests::TOPICS_DESCRIBED.with(|n| n.set(n.get() + 1));
+                match image.topics.get(&name).filter(|t| !t.partitions.is_empty()) {
                     None => pb::TopicMetadata {
                         name,
                         error_code: unknown as i32,
@@ -632,8 +657,8 @@ impl MetadataCache {
                             })
                             .collect(),
                     },
-                },
-            )
+                }
+            })
             .collect();
         pb::MetadataResponse {
             cluster_id: image.cluster_id.clone(),
@@ -736,6 +761,11 @@ impl MetadataCache {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    thread_local! {
+        /// The topics [`MetadataCache::metadata`] described on this thread.
+        pub(super) static TOPICS_DESCRIBED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
 
     fn ps(
         partition: i32,
@@ -860,7 +890,7 @@ mod tests {
         assert_eq!(c.partition_state("t", 0).unwrap().leader, 2);
         // Clients learn the new id with the topic: their leader epochs of the
         // old one do not apply.
-        assert_eq!(c.metadata(&[], "PLAINTEXT").topics[0].topic_id, 9);
+        assert_eq!(c.metadata(Topics::Every, "PLAINTEXT").topics[0].topic_id, 9);
         // A broker that missed the deletion: another topic id is a new topic too.
         let applied = c.apply(&req(vec![with_id(ps(0, 3, 0, 0), 12)], false));
         assert_eq!(applied.partitions.len(), 1);
@@ -1071,7 +1101,7 @@ mod tests {
     #[test]
     fn a_broker_with_no_announcement_yet_does_not_call_topics_unknown() {
         let c = MetadataCache::new("c");
-        let before = c.metadata(&["t".into()], "PLAINTEXT");
+        let before = c.metadata(Topics::Named(&["t".into()]), "PLAINTEXT");
         assert_eq!(
             before.topics[0].error_code,
             ErrorCode::LeaderNotAvailable as i32
@@ -1081,7 +1111,7 @@ mod tests {
             "not auto-created"
         );
         c.apply(&req(vec![ps(0, 1, 0, 0)], true));
-        let after = c.metadata(&["t".into(), "nope".into()], "PLAINTEXT");
+        let after = c.metadata(Topics::Named(&["t".into(), "nope".into()]), "PLAINTEXT");
         assert_eq!(after.topics[0].error_code, ErrorCode::None as i32);
         assert_eq!(
             after.topics[1].error_code,
@@ -1090,10 +1120,43 @@ mod tests {
     }
 
     #[test]
+    fn a_metadata_request_for_no_topic_looks_at_none_of_ten_thousand() {
+        let c = MetadataCache::new("c");
+        let states: Vec<pb::PartitionState> = (0..10_000)
+            .map(|i| pb::PartitionState {
+                topic: format!("t{i}"),
+                ..ps(0, 1, 0, 0)
+            })
+            .collect();
+        c.apply(&req(states, true));
+        let described = |r: pb::MetadataRequest| {
+            TOPICS_DESCRIBED.with(|n| n.set(0));
+            let m = c.metadata(Topics::of(&r), "PLAINTEXT");
+            (m.topics.len(), TOPICS_DESCRIBED.with(|n| n.get()), m)
+        };
+        let (answered, looked_at, m) = described(pb::MetadataRequest {
+            no_topics: true,
+            ..Default::default()
+        });
+        assert_eq!((answered, looked_at), (0, 0));
+        assert_eq!(m.brokers.len(), 2);
+        assert_eq!(m.controller_id, 1);
+        // Every topic, and one, for comparison.
+        let (answered, looked_at, _) = described(pb::MetadataRequest::default());
+        assert_eq!((answered, looked_at), (10_000, 10_000));
+        let (answered, looked_at, _) = described(pb::MetadataRequest {
+            topics: vec!["t7".into()],
+            no_topics: true,
+            ..Default::default()
+        });
+        assert_eq!((answered, looked_at), (1, 1));
+    }
+
+    #[test]
     fn metadata_lists_unfenced_brokers_and_offline_replicas() {
         let c = MetadataCache::new("c");
         c.apply(&req(vec![ps(0, 1, 0, 0), ps(1, -1, 0, 0)], true));
-        let m = c.metadata(&[], "PLAINTEXT");
+        let m = c.metadata(Topics::Every, "PLAINTEXT");
         assert_eq!(
             m.brokers.iter().map(|b| b.node_id).collect::<Vec<_>>(),
             vec![1, 2]
@@ -1104,14 +1167,14 @@ mod tests {
             t.partitions[1].error_code,
             ErrorCode::LeaderNotAvailable as i32
         );
-        let unknown = c.metadata(&["nope".into()], "PLAINTEXT");
+        let unknown = c.metadata(Topics::Named(&["nope".into()]), "PLAINTEXT");
         assert_eq!(
             unknown.topics[0].error_code,
             ErrorCode::UnknownTopicOrPartition as i32
         );
         assert_eq!(c.broker_address(2).as_deref(), Some("127.0.0.1:9092"));
         // Clients on the EXTERNAL listener get the EXTERNAL endpoints.
-        let ext = c.metadata(&[], "EXTERNAL");
+        let ext = c.metadata(Topics::Every, "EXTERNAL");
         assert_eq!(
             (ext.brokers[1].host.as_str(), ext.brokers[1].port),
             ("public", 19_092)

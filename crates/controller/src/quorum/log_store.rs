@@ -34,6 +34,11 @@ use super::types::TypeConfig;
 pub(crate) const LOG_FILE: &str = "quorum.log";
 /// The vote and committed id file inside the quorum directory.
 pub(crate) const STATE_FILE: &str = "quorum.state";
+/// The mode of every file in the quorum directory: the log and snapshots hold
+/// the users' SCRAM verifiers.
+pub(crate) const FILE_MODE: u32 = 0o600;
+/// The mode of the quorum directory.
+pub(crate) const DIR_MODE: u32 = 0o700;
 
 /// One frame of `quorum.log`.
 #[derive(Serialize, Deserialize)]
@@ -75,7 +80,10 @@ impl LogStore {
     /// Opens (creating) the log and vote under `dir`.
     pub(crate) fn open(dir: &Path) -> io::Result<LogStore> {
         // The vote written in it must survive a crash: so must the directory.
-        syncline_durable::create_dir_all(dir)?;
+        // The log and snapshots hold the users' SCRAM verifiers: the directory
+        // and every file in it are the owner's only.
+        syncline_durable::create_private_dir_all(dir, DIR_MODE)?;
+        narrow_files(dir)?;
         let state_path = dir.join(STATE_FILE);
         let state = match frame::read_single_frame(&state_path)? {
             Some(payload) => postcard::from_bytes::<HardState>(&payload)
@@ -131,10 +139,14 @@ impl LogStore {
                 }
             }
         }
-        let file = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(&log_path)?;
+        let file = {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            OpenOptions::new()
+                .append(true)
+                .create(true)
+                .mode(FILE_MODE)
+                .open(&log_path)?
+        };
         if valid < data.len() {
             file.set_len(u64::try_from(valid).unwrap_or(u64::MAX))?;
             file.sync_all()?;
@@ -182,7 +194,7 @@ impl LogInner {
         let payload = postcard::to_allocvec(&state).map_err(io::Error::other)?;
         let mut buf = Vec::new();
         frame::put_frame(&mut buf, &payload)?;
-        syncline_durable::write_atomic(&self.dir.join(STATE_FILE), &buf)
+        syncline_durable::write_atomic_with_mode(&self.dir.join(STATE_FILE), &buf, FILE_MODE)
     }
 
     /// Writes the whole log anew (purge marker, then every entry) and replaces the
@@ -196,10 +208,24 @@ impl LogInner {
             put_log_frame(&mut buf, &LogFrame::Entry(entry.clone()))?;
         }
         let path = self.dir.join(LOG_FILE);
-        syncline_durable::write_atomic(&path, &buf)?;
+        syncline_durable::write_atomic_with_mode(&path, &buf, FILE_MODE)?;
         self.file = OpenOptions::new().append(true).open(&path)?;
         Ok(())
     }
+}
+
+/// Makes every file in `dir` [`FILE_MODE`]: those an older version wrote
+/// readable by all.
+fn narrow_files(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        if meta.is_file() && meta.permissions().mode() & 0o7777 != FILE_MODE {
+            fs::set_permissions(entry.path(), fs::Permissions::from_mode(FILE_MODE))?;
+        }
+    }
+    Ok(())
 }
 
 fn put_log_frame(buf: &mut Vec<u8>, f: &LogFrame) -> io::Result<()> {

@@ -120,7 +120,11 @@ impl StateMachine {
         let payload = postcard::to_allocvec(&file).map_err(io::Error::other)?;
         let mut buf = Vec::new();
         frame::put_frame(&mut buf, &payload)?;
-        syncline_durable::write_atomic(&self.shared.dir.join(SNAPSHOT_FILE), &buf)
+        syncline_durable::write_atomic_with_mode(
+            &self.shared.dir.join(SNAPSHOT_FILE),
+            &buf,
+            super::log_store::FILE_MODE,
+        )
     }
 }
 

@@ -455,6 +455,68 @@ async fn a_voter_that_lost_its_disk_catches_up_from_a_snapshot() {
     cl.shutdown().await;
 }
 
+/// The quorum's directory, log, vote and snapshots hold the users' SCRAM
+/// verifiers: only the broker's own user may read them, whatever the umask.
+#[tokio::test]
+async fn what_a_quorum_writes_only_its_owner_may_read() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let cl = Cluster::start(&[1], 3).await;
+    let leader = cl.leader().await;
+    let mut epoch = 0;
+    for _ in 0..6 {
+        epoch = propose_above(&cl, epoch).await;
+    }
+    eventually("the voter snapshotted and purged", || {
+        leader
+            .inner
+            .raft
+            .metrics()
+            .borrow_watched()
+            .purged
+            .is_some()
+    })
+    .await;
+    cl.shutdown().await;
+    let dir = &cl.dirs[&1];
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let modes = || {
+        let mut found: Vec<(String, String)> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                let name = e.file_name().to_string_lossy().into_owned();
+                (name, format!("{:o}", mode(&e.path())))
+            })
+            .collect();
+        found.sort();
+        found
+    };
+    let found = modes();
+    let names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
+    for file in [LOG_FILE, SNAPSHOT_FILE, log_store::STATE_FILE] {
+        assert!(names.contains(&file), "{file} written: {names:?}");
+    }
+    assert_eq!(format!("{:o}", mode(dir)), "700", "the quorum directory");
+    for (name, m) in &found {
+        assert_eq!(m, "600", "{name}");
+    }
+
+    // What an older version left readable by all is narrowed at start.
+    let widen = |p: &std::path::Path, m: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    };
+    widen(dir, 0o755);
+    for (name, _) in &found {
+        widen(&dir.join(name), 0o644);
+    }
+    cl.start_voter(1).await;
+    cl.shutdown().await;
+    assert_eq!(format!("{:o}", mode(dir)), "700", "the quorum directory");
+    for (name, m) in modes() {
+        assert_eq!(m, "600", "{name}, after a start");
+    }
+}
+
 #[tokio::test]
 async fn a_torn_log_tail_is_cut_on_reopen() {
     let dir = tempfile::tempdir().unwrap();

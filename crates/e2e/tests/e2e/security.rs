@@ -221,6 +221,92 @@ async fn a_secure_cluster_authenticates_authorizes_and_refuses_with_reasons() {
         started.elapsed()
     );
 
+    // The admin's group committed offsets on orders and on a topic bob may
+    // not see. With Read on the group (so Describe), bob describes it: its
+    // offsets (all of them fetched at once) are those of orders alone.
+    ok(
+        "create secret",
+        cluster.cli(
+            &[
+                "topic",
+                "create",
+                "secret",
+                "--partitions",
+                "1",
+                "--replication-factor",
+                "3",
+            ],
+            None,
+        ),
+    );
+    ok(
+        "produce secret",
+        cluster.cli(&["produce", "secret", "--acks", "all"], Some(b"s1\n")),
+    );
+    for (topic, n) in [(TOPIC, "2"), ("secret", "1")] {
+        ok(
+            "consume in group g",
+            cluster.cli(
+                &[
+                    "consume",
+                    topic,
+                    "--group",
+                    "g",
+                    "--from-beginning",
+                    "--max-messages",
+                    n,
+                    "--timeout-ms",
+                    "15000",
+                ],
+                None,
+            ),
+        );
+    }
+    let admins: serde_json::Value = serde_json::from_str(&ok(
+        "admin describes g",
+        cluster.cli(&["group", "describe", "g", "--json"], None),
+    ))
+    .unwrap();
+    let topics = |d: &serde_json::Value| {
+        let mut t: Vec<String> = d["offsets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["topic"].as_str().unwrap().to_string())
+            .collect();
+        t.sort();
+        t
+    };
+    assert_eq!(topics(&admins), ["orders", "secret"], "{admins}");
+    ok(
+        "acl add bob group",
+        cluster.cli(
+            &[
+                "acl",
+                "add",
+                "--allow-principal",
+                "User:bob",
+                "--operation",
+                "Read",
+                "--group",
+                "g",
+            ],
+            None,
+        ),
+    );
+    let mut described = None;
+    wait_for("bob's Read ACL on group g", Duration::from_secs(20), || {
+        let out = cli_as(&cluster, &bob, &["group", "describe", "g", "--json"], None);
+        let success = out.status.success();
+        described = Some(out);
+        async move { success }
+    })
+    .await;
+    let described = described.unwrap();
+    let bobs: serde_json::Value = serde_json::from_slice(&described.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", text(&described)));
+    assert_eq!(topics(&bobs), ["orders"], "{bobs}");
+
     // alice: a user with Write on a topic of her own only (so that her
     // idempotent producer gets an id), not on orders.
     let password = cluster.dir.path().join("alice.password");

@@ -26,6 +26,7 @@ async fn metadata(
         .send(Body::Metadata(pb::MetadataRequest {
             topics,
             allow_auto_topic_creation: create,
+            ..Default::default()
         }))
         .await
         .unwrap()

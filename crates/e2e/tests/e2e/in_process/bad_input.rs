@@ -220,6 +220,7 @@ async fn a_repeated_name_is_answered_once() {
         .send(Body::Metadata(pb::MetadataRequest {
             topics: many(),
             allow_auto_topic_creation: false,
+            no_topics: false,
         }))
         .await
         .unwrap();

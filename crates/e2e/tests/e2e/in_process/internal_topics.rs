@@ -24,6 +24,7 @@ async fn metadata(conn: &Connection, topic: &str, create: bool) -> pb::MetadataR
         .send(Body::Metadata(pb::MetadataRequest {
             topics: vec![topic.to_string()],
             allow_auto_topic_creation: create,
+            ..Default::default()
         }))
         .await
         .unwrap()

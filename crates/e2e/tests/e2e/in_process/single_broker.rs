@@ -400,3 +400,40 @@ async fn clients_get_the_endpoints_of_the_listener_they_connected_to() {
     );
     broker.shutdown().await;
 }
+
+/// The metadata log and its snapshots hold the users' SCRAM verifiers: a
+/// broker's `__cluster_metadata` and everything in it are its user's only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metadata_log_and_snapshots_are_the_brokers_user_s_only() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let cluster = TestCluster::start(1, "metadata_snapshot_max_new_records = 2\n").await;
+    let dir = cluster.log_dir(1).join("__cluster_metadata");
+    for i in 0..4 {
+        cluster.create_topic(&format!("t{i}"), 1, 1, &[]).await;
+    }
+    syncline_e2e::wait_for(
+        "a metadata snapshot",
+        std::time::Duration::from_secs(30),
+        || async { dir.join("quorum.snapshot").exists() },
+    )
+    .await;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(format!("{:o}", mode(&dir)), "700", "{}", dir.display());
+    let mut files: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        // A snapshot being written meanwhile may be gone by now.
+        .filter_map(|e| {
+            let m = e.metadata().ok()?.permissions().mode() & 0o777;
+            Some((
+                e.file_name().to_string_lossy().into_owned(),
+                format!("{m:o}"),
+            ))
+        })
+        .collect();
+    files.sort();
+    assert!(files.len() >= 3, "{files:?}");
+    for (name, m) in &files {
+        assert_eq!(m, "600", "{name} in {}: {files:?}", dir.display());
+    }
+}
