@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::Principal;
+use crate::client_quota::QuotaCharge;
 use crate::config::SecurityProtocol;
 use crate::metrics::ApiMetrics;
 use crate::send::{FetchRegions, Outgoing};
@@ -168,6 +169,9 @@ pub(crate) struct ConnectionState {
     pub protocol: SecurityProtocol,
     /// Cancelled to close the connection from elsewhere (its user was deleted).
     pub close: CancellationToken,
+    /// Until when no request is read: its client went over its byte-rate
+    /// quota (KIP-219: the answer leaves at once, then the channel is muted).
+    throttled_until: Mutex<Option<Instant>>,
 }
 
 impl ConnectionState {
@@ -192,6 +196,7 @@ impl ConnectionState {
             internal: false,
             protocol,
             close,
+            throttled_until: Mutex::new(None),
         })
     }
 
@@ -216,6 +221,7 @@ impl ConnectionState {
             internal: false,
             protocol,
             close,
+            throttled_until: Mutex::new(None),
         })
     }
 
@@ -252,6 +258,21 @@ impl ConnectionState {
         }
     }
 
+    /// Reads no request for `throttle` from now (a quota's throttle; the
+    /// later of two throttles holds).
+    pub(crate) fn throttle(&self, throttle: std::time::Duration) {
+        let until = Instant::now() + throttle;
+        let mut throttled = self.throttled_until.lock();
+        if throttled.is_none_or(|t| t < until) {
+            *throttled = Some(until);
+        }
+    }
+
+    /// Until when the connection is throttled, if it still is at `now`.
+    pub(crate) fn throttled_until(&self, now: Instant) -> Option<Instant> {
+        self.throttled_until.lock().filter(|&until| until > now)
+    }
+
     /// Remembers a waiting operation so that closing the connection cancels it.
     pub(crate) fn track(&self, op: Box<dyn Pending>) {
         let mut pending = self.pending.lock();
@@ -279,6 +300,8 @@ pub(crate) struct Responder {
     reserved: Option<OwnedSemaphorePermit>,
     /// Adds the parts of the request the authorizer refused.
     patch: Option<PatchSlot>,
+    /// The client quota its bytes are charged to, settled as it is answered.
+    quota: Option<QuotaCharge>,
 }
 
 /// Where a response goes.
@@ -339,6 +362,7 @@ impl Responder {
             permit: Some(permit),
             reserved,
             patch: None,
+            quota: None,
         }
     }
 
@@ -363,6 +387,7 @@ impl Responder {
             permit: Some(permit),
             reserved,
             patch: None,
+            quota: None,
         }
     }
 
@@ -386,6 +411,7 @@ impl Responder {
             internal: true,
             protocol: SecurityProtocol::Plaintext,
             close: CancellationToken::new(),
+            throttled_until: Mutex::new(None),
         });
         let responder = Responder {
             conn,
@@ -395,6 +421,7 @@ impl Responder {
             permit: None,
             reserved: None,
             patch: None,
+            quota: None,
         };
         (responder, rx)
     }
@@ -404,10 +431,49 @@ impl Responder {
         self.patch = Some(PatchSlot(patch));
     }
 
+    /// Charges the request's bytes to `quota` (`None`: to no quota).
+    pub(crate) fn set_quota(&mut self, quota: Option<QuotaCharge>) {
+        self.quota = quota;
+    }
+
+    /// Adds `bytes` to what the request is charged, if it is charged.
+    pub(crate) fn charge_quota(&mut self, bytes: usize) {
+        if let Some(q) = &mut self.quota {
+            q.add(bytes as u64);
+        }
+    }
+
+    /// Settles the request's quota charge with `bytes` more (its answer's
+    /// records): the answer's `throttle_time_ms`, and the connection muted
+    /// that long, if its client went over.
+    fn settle_quota(&mut self, bytes: u64) -> i32 {
+        let Some(mut charge) = self.quota.take() else {
+            return 0;
+        };
+        charge.add(bytes);
+        let throttle = charge.settle();
+        if !throttle.is_zero() {
+            self.conn.throttle(throttle);
+        }
+        throttle.as_millis().min(i32::MAX as u128) as i32
+    }
+
     /// Sends the response.
     pub(crate) fn send(mut self, mut body: pb::response::Body) {
         if let Some(PatchSlot(patch)) = self.patch.take() {
             patch(&mut body);
+        }
+        if self.quota.is_some() {
+            let bytes = match &body {
+                pb::response::Body::Fetch(f) => record_bytes(f),
+                _ => 0,
+            };
+            let throttle_time_ms = self.settle_quota(bytes);
+            match &mut body {
+                pb::response::Body::Produce(p) => p.throttle_time_ms = throttle_time_ms,
+                pb::response::Body::Fetch(f) => f.throttle_time_ms = throttle_time_ms,
+                _ => {}
+            }
         }
         match std::mem::replace(&mut self.to, ReplyTo::Sent) {
             ReplyTo::Internal(tx) => {
@@ -452,9 +518,13 @@ impl Responder {
         if let Some(PatchSlot(patch)) = self.patch.take() {
             patch(&mut body);
         }
-        let pb::response::Body::Fetch(response) = body else {
+        let pb::response::Body::Fetch(mut response) = body else {
             unreachable!("a fetch response's patch keeps it a fetch response")
         };
+        if self.quota.is_some() {
+            let bytes = record_bytes(&response) + regions.bytes();
+            response.throttle_time_ms = self.settle_quota(bytes);
+        }
         let (ReplyTo::Syncline { correlation_id }, true) = (&self.to, self.zero_copy()) else {
             // Not read for zero-copy: nothing here reads regions, but should
             // one come, its records are read into the message.
@@ -515,12 +585,24 @@ impl Responder {
         }));
     }
 
-    /// Completes a request that gets no response (acks=0).
-    pub(crate) fn no_response(self) {
+    /// Completes a request that gets no response (acks=0): its bytes are
+    /// charged all the same, and a throttle mutes the connection.
+    pub(crate) fn no_response(mut self) {
+        self.settle_quota(0);
         if let Some(api) = &self.api {
             api.observe(self.started.elapsed(), 0);
         }
     }
+}
+
+/// The record bytes a fetch response carries in memory.
+fn record_bytes(response: &pb::FetchResponse) -> u64 {
+    response
+        .responses
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .map(|p| p.records.len() as u64)
+        .sum()
 }
 
 #[cfg(test)]

@@ -219,7 +219,7 @@ impl ReplicaManager {
 
     // --- Produce ---
 
-    pub(crate) fn handle_produce(&self, req: pb::ProduceRequest, responder: Responder) {
+    pub(crate) fn handle_produce(&self, req: pb::ProduceRequest, mut responder: Responder) {
         let acks = Acks::from_wire(req.acks);
         let internal = responder.connection().internal;
         let now_ms = wall_clock_ms();
@@ -247,6 +247,8 @@ impl ReplicaManager {
                     .and_then(|acks| self.append_one(&topic.name, p, acks, now_ms));
                 match result {
                     Ok((partition, append, effects)) => {
+                        // Charged once the append is accepted (as Kafka records it).
+                        responder.charge_quota(p.records.len());
                         if append.duplicate {
                             self.metrics.produce_duplicate();
                         }

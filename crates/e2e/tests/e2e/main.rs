@@ -45,6 +45,7 @@ mod in_process {
     mod follower_fetch;
     mod forgery;
     mod long_poll;
+    mod quotas;
     pub(crate) mod replication;
     mod single_broker;
     mod zero_copy;
