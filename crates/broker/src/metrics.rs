@@ -411,8 +411,8 @@ impl ClientQuotaMetrics {
             &mut registry,
             "client_quota_throttle_time_ms",
             "Milliseconds clients were throttled for going over their byte-rate quota, per \
-             quota (produce, fetch), user and client id; only entities throttled within the \
-             last quota window",
+             quota (produce, fetch), user and client id; series only for entities throttled, \
+             until idle for the whole quota window",
             Family::default(),
         );
         let throttled_responses = registered(
