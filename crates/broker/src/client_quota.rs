@@ -124,17 +124,24 @@ impl QuotaCharge {
     }
 
     /// Records the bytes now: how long the client is throttled (zero within
-    /// its quota).
-    pub(crate) fn settle(self) -> Duration {
+    /// its quota), and whether its answer's records are withheld. As Kafka
+    /// (KIP-219): a throttled produce has been appended and stays counted; a
+    /// throttled consumer's fetch is answered without its records, which are
+    /// then not counted against it either.
+    pub(crate) fn settle(self) -> Settled {
         let Some(state) = self.quotas.state(self.kind) else {
-            return Duration::ZERO;
+            return Settled::default();
         };
         let now_ms = Instant::now()
             .saturating_duration_since(self.quotas.started)
             .as_millis() as u64;
-        let charge = state
-            .lock()
-            .record(&self.user, &self.client_id, self.bytes, now_ms);
+        let mut state = state.lock();
+        let charge = state.record(&self.user, &self.client_id, self.bytes, now_ms);
+        let withhold_records = self.kind == QuotaKind::Fetch && charge.throttle_ms > 0;
+        if let (Some(tags), true) = (&charge.tags, withhold_records) {
+            state.unrecord(tags, self.bytes, now_ms);
+        }
+        drop(state);
         let label = |tags: MetricTags| QuotaLabel {
             quota: self.kind.label(),
             user: tags.user,
@@ -150,8 +157,20 @@ impl QuotaCharge {
                 metrics.throttled(&label(tags), charge.throttle_ms);
             }
         }
-        Duration::from_millis(charge.throttle_ms)
+        Settled {
+            throttle: Duration::from_millis(charge.throttle_ms),
+            withhold_records,
+        }
     }
+}
+
+/// What settling a [`QuotaCharge`] decided.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Settled {
+    /// How long the client is throttled.
+    pub(crate) throttle: Duration,
+    /// A throttled fetch: answered without its records.
+    pub(crate) withhold_records: bool,
 }
 
 #[cfg(test)]
@@ -180,8 +199,15 @@ mod tests {
             .charge(QuotaKind::Produce, &Principal::Anonymous, "c")
             .expect("a produce quota");
         charge.add(20_000);
-        // 20,000 bytes over the padded 10 s: 2000 bytes/s, 1000 over: 10 s.
-        assert_eq!(charge.settle(), Duration::from_secs(10));
+        // 20,000 bytes over the padded 10 s: 2000 bytes/s, 1000 over: 10 s;
+        // a produce's records were appended: nothing to withhold.
+        assert_eq!(
+            charge.settle(),
+            Settled {
+                throttle: Duration::from_secs(10),
+                withhold_records: false
+            }
+        );
         let scraped = quotas.metrics.encode();
         assert!(
             scraped.contains(

@@ -445,17 +445,19 @@ impl Responder {
 
     /// Settles the request's quota charge with `bytes` more (its answer's
     /// records): the answer's `throttle_time_ms`, and the connection muted
-    /// that long, if its client went over.
-    fn settle_quota(&mut self, bytes: u64) -> i32 {
+    /// that long, if its client went over; and whether a fetch answer's
+    /// records are withheld.
+    fn settle_quota(&mut self, bytes: u64) -> (i32, bool) {
         let Some(mut charge) = self.quota.take() else {
-            return 0;
+            return (0, false);
         };
         charge.add(bytes);
-        let throttle = charge.settle();
-        if !throttle.is_zero() {
-            self.conn.throttle(throttle);
+        let settled = charge.settle();
+        if !settled.throttle.is_zero() {
+            self.conn.throttle(settled.throttle);
         }
-        throttle.as_millis().min(i32::MAX as u128) as i32
+        let ms = settled.throttle.as_millis().min(i32::MAX as u128) as i32;
+        (ms, settled.withhold_records)
     }
 
     /// Sends the response.
@@ -468,10 +470,15 @@ impl Responder {
                 pb::response::Body::Fetch(f) => record_bytes(f),
                 _ => 0,
             };
-            let throttle_time_ms = self.settle_quota(bytes);
+            let (throttle_time_ms, withhold_records) = self.settle_quota(bytes);
             match &mut body {
                 pb::response::Body::Produce(p) => p.throttle_time_ms = throttle_time_ms,
-                pb::response::Body::Fetch(f) => f.throttle_time_ms = throttle_time_ms,
+                pb::response::Body::Fetch(f) => {
+                    f.throttle_time_ms = throttle_time_ms;
+                    if withhold_records {
+                        withhold(f);
+                    }
+                }
                 _ => {}
             }
         }
@@ -509,7 +516,8 @@ impl Responder {
     /// Sends a fetch response whose records are `response`'s and, for the
     /// partitions in `regions`, those regions of the segment files: written
     /// around the envelope without being copied here ([`crate::send`]).
-    pub(crate) fn send_fetch(mut self, response: pb::FetchResponse, mut regions: FetchRegions) {
+    pub(crate) fn send_fetch(mut self, mut response: pb::FetchResponse, mut regions: FetchRegions) {
+        self.charge_fetch(&mut response, &mut regions);
         if regions.is_empty() {
             self.send(pb::response::Body::Fetch(response));
             return;
@@ -518,13 +526,9 @@ impl Responder {
         if let Some(PatchSlot(patch)) = self.patch.take() {
             patch(&mut body);
         }
-        let pb::response::Body::Fetch(mut response) = body else {
+        let pb::response::Body::Fetch(response) = body else {
             unreachable!("a fetch response's patch keeps it a fetch response")
         };
-        if self.quota.is_some() {
-            let bytes = record_bytes(&response) + regions.bytes();
-            response.throttle_time_ms = self.settle_quota(bytes);
-        }
         let (ReplyTo::Syncline { correlation_id }, true) = (&self.to, self.zero_copy()) else {
             // Not read for zero-copy: nothing here reads regions, but should
             // one come, its records are read into the message.
@@ -553,6 +557,29 @@ impl Responder {
         });
         self.to = ReplyTo::Sent;
         self.queue(Outgoing::Chunks(chunks));
+    }
+
+    /// Settles a fetch answer's quota charge (its records in `response` and
+    /// `regions`) before it is sent: sets its `throttle_time_ms`, and empties
+    /// it of its records if its client is throttled (a consumer over its
+    /// quota). Returns whether the records stay. Once settled, nothing more
+    /// is charged.
+    pub(crate) fn charge_fetch(
+        &mut self,
+        response: &mut pb::FetchResponse,
+        regions: &mut FetchRegions,
+    ) -> bool {
+        if self.quota.is_none() {
+            return true;
+        }
+        let bytes = record_bytes(response) + regions.bytes();
+        let (throttle_time_ms, withhold_records) = self.settle_quota(bytes);
+        response.throttle_time_ms = throttle_time_ms;
+        if withhold_records {
+            withhold(response);
+            *regions = FetchRegions::default();
+        }
+        !withhold_records
     }
 
     /// Queues a syncline response frame for the connection's writer.
@@ -592,6 +619,18 @@ impl Responder {
         if let Some(api) = &self.api {
             api.observe(self.started.elapsed(), 0);
         }
+    }
+}
+
+/// Empties a throttled consumer's fetch answer of its records (Kafka's
+/// throttled response): it fetches the same offsets again once unthrottled.
+fn withhold(response: &mut pb::FetchResponse) {
+    for p in response
+        .responses
+        .iter_mut()
+        .flat_map(|t| &mut t.partitions)
+    {
+        p.records = Bytes::new();
     }
 }
 

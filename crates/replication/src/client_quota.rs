@@ -97,6 +97,14 @@ impl SampledRate {
         self.samples[self.current].bytes += bytes as f64;
     }
 
+    /// Takes back `bytes` recorded at the same `now_ms` (the current sample).
+    pub fn unrecord(&mut self, w: &QuotaWindow, bytes: u64, now_ms: u64) {
+        self.purge(w, now_ms);
+        if let Some(s) = self.samples.get_mut(self.current) {
+            s.bytes = (s.bytes - bytes as f64).max(0.0);
+        }
+    }
+
     /// Forgets samples that started a whole window ago or more (Kafka resets
     /// them to start now, empty).
     fn purge(&mut self, w: &QuotaWindow, now_ms: u64) {
@@ -354,6 +362,16 @@ impl ClientQuotas {
         }
     }
 
+    /// Takes back `bytes` just charged to `tags` at `now_ms`: a consumer's
+    /// throttled fetch is answered without its records (Kafka's KIP-219), so
+    /// they do not count against it.
+    pub fn unrecord(&mut self, tags: &MetricTags, bytes: u64, now_ms: u64) {
+        let w = self.window;
+        if let Some(rate) = self.rates.get_mut(tags) {
+            rate.unrecord(&w, bytes, now_ms);
+        }
+    }
+
     /// Forgets the rates idle for a whole window, at most once a window.
     fn sweep(&mut self, now_ms: u64) -> Vec<MetricTags> {
         if now_ms.saturating_sub(self.swept_at_ms) < self.window.total_ms() {
@@ -573,6 +591,21 @@ mod tests {
         assert!(q.record("", "greedy", 50_000, 0).throttle_ms > 0);
         assert_eq!(q.record("", "polite", 500, 0).throttle_ms, 0);
         assert_eq!(q.tracked(), 2);
+    }
+
+    /// Kafka's ClientQuotaManagerTest.testUnrecordQuotaSensor style: a
+    /// throttled fetch's bytes taken back leave the rate as it was, so the
+    /// next fetch is judged without them.
+    #[test]
+    fn unrecorded_bytes_do_not_count() {
+        let mut q = client_default(1000);
+        let first = q.record("", "c", 9_000, 0);
+        assert_eq!(first.throttle_ms, 0);
+        let over = q.record("", "c", 5_000, 0);
+        assert_eq!(over.throttle_ms, 4000, "14,000 bytes over 10 s");
+        q.unrecord(&over.tags.unwrap(), 5_000, 0);
+        // As if the 5,000 bytes never went: 9,500 bytes, within the quota.
+        assert_eq!(q.record("", "c", 500, 0).throttle_ms, 0);
     }
 
     #[test]

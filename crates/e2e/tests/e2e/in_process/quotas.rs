@@ -1,7 +1,8 @@
 //! Client byte-rate quotas (KIP-13, KIP-219) on a real broker: a client
 //! producing or consuming as fast as it can is held to its client id's
-//! quota and told `throttle_time_ms`; another client id keeps its own
-//! budget; a follower's replication is never charged.
+//! quota and told `throttle_time_ms` (a throttled consumer's answer without
+//! its records, as Kafka's); another client id keeps its own budget; a
+//! follower's replication is never charged.
 //!
 //! The quota window is two samples of a second (`quota_window_num = 2`):
 //! Kafka's eleven let a greedy client through in bursts about ten seconds
@@ -161,6 +162,14 @@ async fn a_greedy_consumer_is_held_to_its_client_ids_quota() {
         let p = &f.responses[0].partitions[0];
         assert_eq!(p.error_code, 0);
         let read = values(&p.records);
+        // Kafka's throttled fetch answer: told, and given nothing (the records
+        // it would have carried are not counted against the client either).
+        assert!(
+            f.throttle_time_ms == 0 || read.is_empty(),
+            "throttled for {} ms and given {} records",
+            f.throttle_time_ms,
+            read.len()
+        );
         offset = read.last().map_or(offset, |(o, _)| o + 1);
         most_throttled = most_throttled.max(f.throttle_time_ms);
         acked.push((started.elapsed(), p.records.len() as u64));
