@@ -222,3 +222,46 @@ async fn a_followers_replication_is_never_throttled_by_client_quotas() {
     assert_eq!(isr.len(), 2, "ISR {isr:?}");
     assert_eq!(cluster.metric(leader, "syncline_isr_shrinks_total"), 0.0);
 }
+
+/// acks=0 gets no answer to carry `throttle_time_ms`: its bytes are charged
+/// all the same and its connection muted, so the broker appends no faster
+/// than the quota whatever the client sends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acks_0_producer_is_held_to_its_quota_by_its_muted_connection() {
+    let cluster = TestCluster::start(
+        1,
+        &format!("quota_producer_default = {QUOTA}\nquota_window_num = 2"),
+    )
+    .await;
+    cluster.create_topic("q", 1, 1, &[]).await;
+    let greedy = connect(&cluster, 1, "fire-and-forget").await;
+    let batch = record_batch(64 << 10);
+    let batch_bytes = batch.len() as u64;
+    let started = Instant::now();
+    let sender = tokio::spawn(async move {
+        // Sends as fast as the socket takes them: one record a batch.
+        while greedy
+            .send_no_response(produce_request("q", 0, 0, batch.clone()))
+            .await
+            .is_ok()
+        {}
+    });
+    let partition = cluster.replica(1, "q", 0);
+    // The appends are measured at two fixed instants.
+    tokio::time::sleep_until(started + WARM_UP).await;
+    let first = partition.log_end_offset();
+    tokio::time::sleep_until(started + WARM_UP + MEASURED).await;
+    let last = partition.log_end_offset();
+    sender.abort();
+    let rate = ((last - first) as u64 * batch_bytes) as f64 / MEASURED.as_secs_f64();
+    println!(
+        "acks=0 produce quota {QUOTA} B/s: appended {rate:.0} B/s ({:.3} of it) over \
+         {MEASURED:?} after {WARM_UP:?}",
+        rate / QUOTA as f64
+    );
+    let ratio = rate / QUOTA as f64;
+    assert!(
+        (0.9..=1.1).contains(&ratio),
+        "acks=0 producer appended at {rate:.0} B/s against a quota of {QUOTA}"
+    );
+}
