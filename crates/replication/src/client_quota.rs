@@ -425,11 +425,12 @@ mod tests {
             assert_eq!(q.record("", "c", 400, t).throttle_ms, 0, "at {t}");
             t += 1000;
         }
-        // 2300 bytes more at t = 10 s: 6300 bytes over 10 s (the samples
-        // are 0, 1, ..., 10 s old: 10 s elapsed) is 630 bytes/s, 130 over.
+        // 2300 bytes more at t = 10.5 s, half into the eleventh sample:
+        // 6300 bytes over the 10.5 s since the first sample is 600 bytes/s.
+        t += 500;
         let c = q.record("", "c", 2300, t);
-        // (630 - 500) / 500 · 10,000 ms = 2600 ms.
-        assert_eq!(c.throttle_ms, 2600);
+        // (600 - 500) / 500 · 10,500 ms = 2100 ms, as Kafka's test finds.
+        assert_eq!(c.throttle_ms, 2100);
         // Back under the quota once the window has slid: the 10 s at 400
         // bytes/s drop out one by one.
         t += 11_000;
@@ -530,11 +531,11 @@ mod tests {
         );
     }
 
-    /// Kafka's ClientQuotaManagerTest.testQuotaParsing / testGetMaxValueInQuotaWindow
-    /// style table: each of the eight levels wins over the ones after it,
-    /// and the rate is kept per the sides the winning level names.
+    /// As Kafka's ClientQuotaManagerTest.testUserClientIdQuotaParsing: each
+    /// of the eight levels wins over the ones after it, and the rate is kept
+    /// per the sides the winning level names.
     #[test]
-    fn test_quota_parsing_precedence_of_the_eight_levels() {
+    fn test_user_client_id_quota_parsing() {
         use EntityName::{Default as D, Named as N};
         let n = |s: &str| N(s.to_string());
         let levels = [
@@ -583,8 +584,9 @@ mod tests {
         assert_eq!(entries.resolve("u2", "any").map(|r| r.quota), Some(20));
     }
 
-    /// Kafka's ClientQuotaManagerTest.testQuotaViolation for two client ids:
-    /// with a default client-id quota each client id has a budget of its own.
+    /// With a default client-id quota each client id has a budget of its own
+    /// (Kafka's testQuotaParsing: a default quota applies to each client id
+    /// separately).
     #[test]
     fn each_client_id_has_its_own_budget_under_a_default_quota() {
         let mut q = client_default(1000);
@@ -593,9 +595,9 @@ mod tests {
         assert_eq!(q.tracked(), 2);
     }
 
-    /// Kafka's ClientQuotaManagerTest.testUnrecordQuotaSensor style: a
-    /// throttled fetch's bytes taken back leave the rate as it was, so the
-    /// next fetch is judged without them.
+    /// A throttled fetch's bytes taken back (as Kafka's fetch handling
+    /// unrecords them) leave the rate as it was, so the next fetch is judged
+    /// without them.
     #[test]
     fn unrecorded_bytes_do_not_count() {
         let mut q = client_default(1000);
@@ -617,8 +619,9 @@ mod tests {
         assert_eq!(q.tracked(), 0);
     }
 
-    /// Kafka expires inactive sensors; here a rate idle for a whole window
-    /// (zero, so forgetting it changes nothing) is dropped and reported.
+    /// As Kafka's testExpireQuotaSensors (Kafka expires sensors idle for an
+    /// hour): a rate idle for a whole window (zero, so forgetting it changes
+    /// nothing) is dropped and reported.
     #[test]
     fn rates_idle_for_a_whole_window_are_forgotten_and_reported() {
         let mut q = client_default(1000);
