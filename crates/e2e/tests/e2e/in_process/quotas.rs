@@ -19,8 +19,13 @@ use syncline_proto::pb::response::Body as Resp;
 use tokio::time::Instant;
 
 const QUOTA: u64 = 1 << 20;
-/// Traffic before this is the first windows' burst, not measured.
-const WARM_UP: Duration = Duration::from_secs(4);
+/// Traffic before this is the first windows' burst, not measured. A greedy
+/// client gets through in a burst each time a sample leaves the window
+/// (every 2 s from its first request) and then trickles: the measured span
+/// starts and ends mid-way between bursts, so that it holds four whole
+/// periods however the instants fall (cut through a burst, 8 s would count
+/// one burst too few or too many: 12 % of it).
+const WARM_UP: Duration = Duration::from_millis(5500);
 const MEASURED: Duration = Duration::from_secs(8);
 
 /// One batch of one record of `len` bytes.
@@ -247,13 +252,14 @@ async fn an_acks_0_producer_is_held_to_its_quota_by_its_muted_connection() {
         {}
     });
     let partition = cluster.replica(1, "q", 0);
-    // The appends are measured at two fixed instants.
+    // The appends are measured between two instants, as they fall.
     tokio::time::sleep_until(started + WARM_UP).await;
-    let first = partition.log_end_offset();
+    let (first, first_at) = (partition.log_end_offset(), Instant::now());
     tokio::time::sleep_until(started + WARM_UP + MEASURED).await;
-    let last = partition.log_end_offset();
+    let (last, last_at) = (partition.log_end_offset(), Instant::now());
     sender.abort();
-    let rate = ((last - first) as u64 * batch_bytes) as f64 / MEASURED.as_secs_f64();
+    let rate = ((last - first) as u64 * batch_bytes) as f64
+        / last_at.duration_since(first_at).as_secs_f64();
     println!(
         "acks=0 produce quota {QUOTA} B/s: appended {rate:.0} B/s ({:.3} of it) over \
          {MEASURED:?} after {WARM_UP:?}",
