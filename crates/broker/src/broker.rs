@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::BrokerAuth;
+use crate::client_quota::QuotaKind;
 use crate::config::BrokerConfig;
 use crate::control::client::{run_lifecycle, BrokerStatus, ControllerChannel};
 use crate::control::host::{self, ControllerHandle};
@@ -48,6 +49,7 @@ pub struct Broker {
     heavy_work: crate::front::HeavyWork,
     producer_ids: crate::producer_ids::ProducerIds,
     groups: crate::groups::GroupManager,
+    client_quotas: Arc<crate::client_quota::ClientQuotas>,
 }
 
 impl Broker {
@@ -160,6 +162,18 @@ impl Broker {
     ) {
         use pb::request::Body;
         use pb::response::Body as Resp;
+        let mut responder = responder;
+        // Clients' produces and consumers' fetches are charged to their byte-rate
+        // quotas; replication and the broker's own requests never are.
+        let quota = match &body {
+            Body::Produce(_) => Some(QuotaKind::Produce),
+            Body::Fetch(r) if r.replica_id < 0 => Some(QuotaKind::Fetch),
+            _ => None,
+        };
+        if let Some(kind) = quota.filter(|_| !responder.connection().internal) {
+            let principal = responder.connection().principal();
+            responder.set_quota(self.client_quotas.charge(kind, &principal, client_id));
+        }
         match body {
             Body::Produce(r) => self.rm.handle_produce(r, responder),
             Body::Fetch(r) => {
@@ -1006,6 +1020,10 @@ pub async fn start_on(
             metrics.connections.clone(),
         ),
         heavy_work: crate::front::HeavyWork::new(&config),
+        client_quotas: Arc::new(crate::client_quota::ClientQuotas::new(
+            &config.client_quotas,
+            metrics.clone(),
+        )),
         producer_ids: Default::default(),
         groups: crate::groups::GroupManager::new(
             config.groups.clone(),

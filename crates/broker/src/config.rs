@@ -446,6 +446,10 @@ struct RawConfig {
     num_replica_fetchers: Option<i64>,
     leader_replication_throttled_rate: Option<i64>,
     follower_replication_throttled_rate: Option<i64>,
+    quota_producer_default: Option<i64>,
+    quota_consumer_default: Option<i64>,
+    quota_window_num: Option<i64>,
+    quota_window_size_seconds: Option<i64>,
     max_incremental_fetch_session_cache_slots: Option<i64>,
     max_incremental_fetch_session_partitions: Option<i64>,
     replica_selector: Option<String>,
@@ -553,6 +557,9 @@ pub struct BrokerConfig {
     /// What else bounds one connection: its unwritten answers, its idle time,
     /// and before it authenticates, its time and frame size.
     pub connection_bounds: ConnectionBounds,
+    /// Client byte-rate quotas (Kafka's static `quota.producer.default` and
+    /// `quota.consumer.default`, KIP-13): see [`ClientQuotaConfig`].
+    pub client_quotas: ClientQuotaConfig,
     /// A segment rolls at this size, in bytes (Kafka's `log.segment.bytes`); the
     /// default of the topic config `segment.bytes`. Default 1073741824.
     pub segment_bytes: u64,
@@ -842,6 +849,47 @@ fn in_range(
 }
 
 /// A replication throttle: absent or `i64::MAX` (Kafka's default) is none.
+/// Client byte-rate quotas, configured statically per client id (Kafka's
+/// defaults before quotas moved to dynamic configs; the broker's
+/// `client_quota` enforces them). A client whose produces or consumer
+/// fetches go over its quota is answered at once with `throttle_time_ms`,
+/// and its connection is not read for that long (KIP-219). Replication is
+/// never charged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientQuotaConfig {
+    /// Record bytes a second each client id may produce
+    /// (`quota_producer_default`, Kafka's `quota.producer.default`); `None`
+    /// (absent, or Kafka's default 9223372036854775807): unlimited.
+    pub producer_default: Option<u64>,
+    /// Record bytes a second each client id may fetch as a consumer
+    /// (`quota_consumer_default`, Kafka's `quota.consumer.default`); `None`:
+    /// unlimited.
+    pub consumer_default: Option<u64>,
+    /// Samples a client's rate is measured over (`quota_window_num`, Kafka's
+    /// `quota.window.num`). Default 11.
+    pub window_num: u32,
+    /// Each sample's span, in seconds (`quota_window_size_seconds`, Kafka's
+    /// `quota.window.size.seconds`). Default 1.
+    pub window_size_seconds: u32,
+}
+
+impl ClientQuotaConfig {
+    fn from_raw(raw: &RawConfig) -> Result<ClientQuotaConfig, ConfigError> {
+        Ok(ClientQuotaConfig {
+            producer_default: throttled_rate("quota_producer_default", raw.quota_producer_default)?,
+            consumer_default: throttled_rate("quota_consumer_default", raw.quota_consumer_default)?,
+            window_num: in_range("quota_window_num", raw.quota_window_num, 11, 2, 1000)? as u32,
+            window_size_seconds: in_range(
+                "quota_window_size_seconds",
+                raw.quota_window_size_seconds,
+                1,
+                1,
+                3600,
+            )? as u32,
+        })
+    }
+}
+
 fn throttled_rate(key: &'static str, value: Option<i64>) -> Result<Option<u64>, ConfigError> {
     match value {
         None | Some(i64::MAX) => Ok(None),
@@ -922,6 +970,7 @@ impl BrokerConfig {
         )? as usize;
         let log = LogSettings::from_raw(&raw)?;
         let fetching = ReplicaFetching::from_raw(&raw)?;
+        let client_quotas = ClientQuotaConfig::from_raw(&raw)?;
         let leadership = Leadership::from_raw(&raw)?;
         let scram_bootstrap_file = scram_bootstrap_file(&raw)?;
         let (max_connections, max_connections_per_ip) = connection_limits(&raw)?;
@@ -974,6 +1023,7 @@ impl BrokerConfig {
             max_incremental_fetch_session_cache_slots: fetching.session_cache_slots,
             max_incremental_fetch_session_partitions: fetching.session_partitions,
             num_replica_fetchers: fetching.num_fetchers,
+            client_quotas,
             leader_replication_throttled_rate: fetching.leader_throttled_rate,
             follower_replication_throttled_rate: fetching.follower_throttled_rate,
             replica_high_watermark_checkpoint_interval_ms: fetching
@@ -1870,6 +1920,38 @@ mod tests {
         ] {
             let key = bad.lines().last().unwrap().split(' ').next().unwrap();
             let err = parse(bad).unwrap_err().to_string();
+            assert!(err.contains(key), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn client_quotas_are_rates_per_client_id_or_unlimited() {
+        let parse = |extra: &str| BrokerConfig::parse(&format!("{MINIMAL}\n{extra}"));
+        let c = parse("").unwrap().client_quotas;
+        assert_eq!(
+            c,
+            ClientQuotaConfig {
+                producer_default: None,
+                consumer_default: None,
+                window_num: 11,
+                window_size_seconds: 1,
+            }
+        );
+        let c = parse("quota_producer_default = 1048576\nquota_consumer_default = 9223372036854775807\nquota_window_num = 2")
+            .unwrap()
+            .client_quotas;
+        assert_eq!(
+            (c.producer_default, c.consumer_default, c.window_num),
+            (Some(1_048_576), None, 2)
+        );
+        for bad in [
+            "quota_producer_default = 0",
+            "quota_consumer_default = -1",
+            "quota_window_num = 1",
+            "quota_window_size_seconds = 0",
+        ] {
+            let err = parse(bad).unwrap_err().to_string();
+            let key = bad.split(' ').next().unwrap();
             assert!(err.contains(key), "{bad}: {err}");
         }
     }

@@ -39,6 +39,8 @@
 //! - `auth`: broker authentication (SCRAM between brokers) and who may use the
 //!   internal APIs.
 //! - [`metrics`]: Prometheus metrics (served by `front::http`).
+//! - `client_quota`: client byte-rate quotas (the rules are
+//!   `syncline_replication::client_quota`), charged as requests are answered.
 //! - `names`: a request's repeated names collapsed, before anything else
 //!   reads them.
 //!
@@ -50,6 +52,7 @@
 mod auth;
 mod authorizer;
 mod broker;
+mod client_quota;
 pub mod config;
 mod control;
 mod describe_configs;

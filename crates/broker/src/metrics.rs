@@ -121,6 +121,9 @@ pub struct BrokerMetrics {
     pub(crate) connections: Gauge,
     pub(crate) connections_muted: Gauge,
     pub(crate) connections_expired: Counter,
+    /// Client quotas' series: made only when a quota is configured (a family
+    /// is a HashMap; see [`TrafficMetrics::register`]).
+    client_quotas: std::sync::OnceLock<ClientQuotaMetrics>,
 }
 
 impl Default for BrokerMetrics {
@@ -230,7 +233,13 @@ impl BrokerMetrics {
             connections,
             connections_muted,
             connections_expired,
+            client_quotas: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The client quotas' series, registered on first use.
+    pub(crate) fn client_quotas(&self) -> &ClientQuotaMetrics {
+        self.client_quotas.get_or_init(ClientQuotaMetrics::new)
     }
 
     /// Counts a request of `body`'s API and returns its metrics handle.
@@ -358,11 +367,77 @@ impl BrokerMetrics {
 
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
+        use prometheus_client::encoding::text::{encode_eof, encode_registry};
         let mut out = String::new();
-        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+        let encoded = encode_registry(&mut out, &self.registry).and_then(|()| {
+            if let Some(quotas) = self.client_quotas.get() {
+                encode_registry(&mut out, &quotas.registry)?;
+            }
+            encode_eof(&mut out)
+        });
+        if encoded.is_err() {
             out.clear();
         }
         out
+    }
+}
+
+/// A client quota entity's series: the kind of quota (`produce`, `fetch`)
+/// and the user and client id its rate is kept for (empty when the quota
+/// that applies does not name that side).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct QuotaLabel {
+    pub(crate) quota: &'static str,
+    pub(crate) user: String,
+    pub(crate) client_id: String,
+}
+
+/// Client quotas' throttles (Kafka's `throttle-time` of the `Produce` and
+/// `Fetch` quota metrics), per entity, in a registry of their own made only
+/// when a quota is configured. Bounded: an entity has series only once it
+/// was throttled, and loses them when its rate is forgotten (idle for the
+/// whole quota window).
+#[derive(Debug)]
+pub(crate) struct ClientQuotaMetrics {
+    registry: Registry,
+    throttle_time_ms: Family<QuotaLabel, Counter>,
+    throttled_responses: Family<QuotaLabel, Counter>,
+}
+
+impl ClientQuotaMetrics {
+    fn new() -> ClientQuotaMetrics {
+        let mut registry = Registry::with_prefix("syncline");
+        let throttle_time_ms = registered(
+            &mut registry,
+            "client_quota_throttle_time_ms",
+            "Milliseconds clients were throttled for going over their byte-rate quota, per \
+             quota (produce, fetch), user and client id; series only for entities throttled, \
+             until idle for the whole quota window",
+            Family::default(),
+        );
+        let throttled_responses = registered(
+            &mut registry,
+            "client_quota_throttled_responses",
+            "Responses that throttled their client for going over its byte-rate quota",
+            Family::default(),
+        );
+        ClientQuotaMetrics {
+            registry,
+            throttle_time_ms,
+            throttled_responses,
+        }
+    }
+
+    /// `label`'s client was throttled for `ms`.
+    pub(crate) fn throttled(&self, label: &QuotaLabel, ms: u64) {
+        self.throttle_time_ms.get_or_create(label).inc_by(ms);
+        self.throttled_responses.get_or_create(label).inc();
+    }
+
+    /// `label`'s rate was forgotten: its series go.
+    pub(crate) fn forget(&self, label: &QuotaLabel) {
+        self.throttle_time_ms.remove(label);
+        self.throttled_responses.remove(label);
     }
 }
 

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::Principal;
+use crate::client_quota::QuotaCharge;
 use crate::config::SecurityProtocol;
 use crate::metrics::ApiMetrics;
 use crate::send::{FetchRegions, Outgoing};
@@ -168,6 +169,9 @@ pub(crate) struct ConnectionState {
     pub protocol: SecurityProtocol,
     /// Cancelled to close the connection from elsewhere (its user was deleted).
     pub close: CancellationToken,
+    /// Until when no request is read: its client went over its byte-rate
+    /// quota (KIP-219: the answer leaves at once, then the channel is muted).
+    throttled_until: Mutex<Option<Instant>>,
 }
 
 impl ConnectionState {
@@ -192,6 +196,7 @@ impl ConnectionState {
             internal: false,
             protocol,
             close,
+            throttled_until: Mutex::new(None),
         })
     }
 
@@ -216,6 +221,7 @@ impl ConnectionState {
             internal: false,
             protocol,
             close,
+            throttled_until: Mutex::new(None),
         })
     }
 
@@ -252,6 +258,21 @@ impl ConnectionState {
         }
     }
 
+    /// Reads no request for `throttle` from now (a quota's throttle; the
+    /// later of two throttles holds).
+    pub(crate) fn throttle(&self, throttle: std::time::Duration) {
+        let until = Instant::now() + throttle;
+        let mut throttled = self.throttled_until.lock();
+        if throttled.is_none_or(|t| t < until) {
+            *throttled = Some(until);
+        }
+    }
+
+    /// Until when the connection is throttled, if it still is at `now`.
+    pub(crate) fn throttled_until(&self, now: Instant) -> Option<Instant> {
+        self.throttled_until.lock().filter(|&until| until > now)
+    }
+
     /// Remembers a waiting operation so that closing the connection cancels it.
     pub(crate) fn track(&self, op: Box<dyn Pending>) {
         let mut pending = self.pending.lock();
@@ -279,6 +300,8 @@ pub(crate) struct Responder {
     reserved: Option<OwnedSemaphorePermit>,
     /// Adds the parts of the request the authorizer refused.
     patch: Option<PatchSlot>,
+    /// The client quota its bytes are charged to, settled as it is answered.
+    quota: Option<QuotaCharge>,
 }
 
 /// Where a response goes.
@@ -339,6 +362,7 @@ impl Responder {
             permit: Some(permit),
             reserved,
             patch: None,
+            quota: None,
         }
     }
 
@@ -363,6 +387,7 @@ impl Responder {
             permit: Some(permit),
             reserved,
             patch: None,
+            quota: None,
         }
     }
 
@@ -386,6 +411,7 @@ impl Responder {
             internal: true,
             protocol: SecurityProtocol::Plaintext,
             close: CancellationToken::new(),
+            throttled_until: Mutex::new(None),
         });
         let responder = Responder {
             conn,
@@ -395,6 +421,7 @@ impl Responder {
             permit: None,
             reserved: None,
             patch: None,
+            quota: None,
         };
         (responder, rx)
     }
@@ -404,10 +431,56 @@ impl Responder {
         self.patch = Some(PatchSlot(patch));
     }
 
+    /// Charges the request's bytes to `quota` (`None`: to no quota).
+    pub(crate) fn set_quota(&mut self, quota: Option<QuotaCharge>) {
+        self.quota = quota;
+    }
+
+    /// Adds `bytes` to what the request is charged, if it is charged.
+    pub(crate) fn charge_quota(&mut self, bytes: usize) {
+        if let Some(q) = &mut self.quota {
+            q.add(bytes as u64);
+        }
+    }
+
+    /// Settles the request's quota charge with `bytes` more (its answer's
+    /// records): the answer's `throttle_time_ms`, and the connection muted
+    /// that long, if its client went over; and whether a fetch answer's
+    /// records are withheld.
+    fn settle_quota(&mut self, bytes: u64) -> (i32, bool) {
+        let Some(mut charge) = self.quota.take() else {
+            return (0, false);
+        };
+        charge.add(bytes);
+        let settled = charge.settle();
+        if !settled.throttle.is_zero() {
+            self.conn.throttle(settled.throttle);
+        }
+        let ms = settled.throttle.as_millis().min(i32::MAX as u128) as i32;
+        (ms, settled.withhold_records)
+    }
+
     /// Sends the response.
     pub(crate) fn send(mut self, mut body: pb::response::Body) {
         if let Some(PatchSlot(patch)) = self.patch.take() {
             patch(&mut body);
+        }
+        if self.quota.is_some() {
+            let bytes = match &body {
+                pb::response::Body::Fetch(f) => record_bytes(f),
+                _ => 0,
+            };
+            let (throttle_time_ms, withhold_records) = self.settle_quota(bytes);
+            match &mut body {
+                pb::response::Body::Produce(p) => p.throttle_time_ms = throttle_time_ms,
+                pb::response::Body::Fetch(f) => {
+                    f.throttle_time_ms = throttle_time_ms;
+                    if withhold_records {
+                        withhold(f);
+                    }
+                }
+                _ => {}
+            }
         }
         match std::mem::replace(&mut self.to, ReplyTo::Sent) {
             ReplyTo::Internal(tx) => {
@@ -443,7 +516,8 @@ impl Responder {
     /// Sends a fetch response whose records are `response`'s and, for the
     /// partitions in `regions`, those regions of the segment files: written
     /// around the envelope without being copied here ([`crate::send`]).
-    pub(crate) fn send_fetch(mut self, response: pb::FetchResponse, mut regions: FetchRegions) {
+    pub(crate) fn send_fetch(mut self, mut response: pb::FetchResponse, mut regions: FetchRegions) {
+        self.charge_fetch(&mut response, &mut regions);
         if regions.is_empty() {
             self.send(pb::response::Body::Fetch(response));
             return;
@@ -485,6 +559,29 @@ impl Responder {
         self.queue(Outgoing::Chunks(chunks));
     }
 
+    /// Settles a fetch answer's quota charge (its records in `response` and
+    /// `regions`) before it is sent: sets its `throttle_time_ms`, and empties
+    /// it of its records if its client is throttled (a consumer over its
+    /// quota). Returns whether the records stay. Once settled, nothing more
+    /// is charged.
+    pub(crate) fn charge_fetch(
+        &mut self,
+        response: &mut pb::FetchResponse,
+        regions: &mut FetchRegions,
+    ) -> bool {
+        if self.quota.is_none() {
+            return true;
+        }
+        let bytes = record_bytes(response) + regions.bytes();
+        let (throttle_time_ms, withhold_records) = self.settle_quota(bytes);
+        response.throttle_time_ms = throttle_time_ms;
+        if withhold_records {
+            withhold(response);
+            *regions = FetchRegions::default();
+        }
+        !withhold_records
+    }
+
     /// Queues a syncline response frame for the connection's writer.
     fn queue(&mut self, out: Outgoing) {
         if let Some(api) = &self.api {
@@ -515,12 +612,36 @@ impl Responder {
         }));
     }
 
-    /// Completes a request that gets no response (acks=0).
-    pub(crate) fn no_response(self) {
+    /// Completes a request that gets no response (acks=0): its bytes are
+    /// charged all the same, and a throttle mutes the connection.
+    pub(crate) fn no_response(mut self) {
+        self.settle_quota(0);
         if let Some(api) = &self.api {
             api.observe(self.started.elapsed(), 0);
         }
     }
+}
+
+/// Empties a throttled consumer's fetch answer of its records (Kafka's
+/// throttled response): it fetches the same offsets again once unthrottled.
+fn withhold(response: &mut pb::FetchResponse) {
+    for p in response
+        .responses
+        .iter_mut()
+        .flat_map(|t| &mut t.partitions)
+    {
+        p.records = Bytes::new();
+    }
+}
+
+/// The record bytes a fetch response carries in memory.
+fn record_bytes(response: &pb::FetchResponse) -> u64 {
+    response
+        .responses
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .map(|p| p.records.len() as u64)
+        .sum()
 }
 
 #[cfg(test)]

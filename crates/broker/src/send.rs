@@ -301,6 +301,16 @@ impl FetchRegions {
         self.0.is_empty()
     }
 
+    /// The record bytes they hold.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.0
+            .values()
+            .flatten()
+            .flatten()
+            .map(FileRegion::len)
+            .sum()
+    }
+
     /// Whether the partition has records here.
     pub(crate) fn has(&self, topic: &str, partition: i32) -> bool {
         self.0.contains_key(&(topic.to_owned(), partition))

@@ -334,6 +334,10 @@ fn produce(r: ProduceRequest, version: i16, cid: i32) -> Route {
             p
         };
         let mut out = ProduceResponse::default();
+        if let (Resp::Produce(r), 1..) = (&resp, version) {
+            // A client over its byte-rate quota (v0 has no field for it).
+            out.throttle_time_ms = r.throttle_time_ms;
+        }
         out.responses = match resp {
             Resp::Produce(r) => r
                 .topics
@@ -778,9 +782,15 @@ pub(crate) mod tests {
                         ..Default::default()
                     }],
                 }],
-                throttle_time_ms: 0,
+                throttle_time_ms: 250,
             });
             let r: ProduceResponse = response(ApiKey::Produce, version, reply(answer));
+            // A throttled client is told so from v1, where the field is.
+            assert_eq!(
+                r.throttle_time_ms,
+                if version >= 1 { 250 } else { 0 },
+                "v{version}"
+            );
             let p = &r.responses[0].partition_responses[0];
             assert_eq!(
                 (p.index, p.error_code, p.base_offset),
@@ -842,9 +852,14 @@ pub(crate) mod tests {
                         ..Default::default()
                     }],
                 }],
+                throttle_time_ms: 300,
                 ..Default::default()
             });
             let r: FetchResponse = response(ApiKey::Fetch, version, reply(answer));
+            assert_eq!(
+                r.throttle_time_ms, 300,
+                "v{version}: a throttled consumer is told"
+            );
             let p = &r.responses[0].partitions[0];
             assert_eq!((p.partition_index, p.high_watermark), (1, 12), "v{version}");
             assert_eq!(p.records, Some(Bytes::new()), "v{version}: empty, not null");

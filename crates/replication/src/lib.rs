@@ -28,6 +28,10 @@
 //!   answered, the wait caps, the offsets topic's write guard).
 //! - [`throttle`]: which replicas a reassignment throttles, and the token
 //!   bucket that bounds them.
+//! - [`client_quota`]: client byte-rate quotas (Kafka's KIP-13/124/219):
+//!   the sampled rate, the throttle time, which configured quota applies.
+//!   Not a replication rule, but a pure one; replication is what it never
+//!   charges.
 //! - [`topic`]: topic identity (KIP-516): `TopicId`, which ids name the same
 //!   topic, and how a cached topic takes an announced id.
 //! - [`planted`]: the rules a simulation run may undo, as config fields.
@@ -35,6 +39,7 @@
 #![warn(missing_docs)]
 
 pub mod announcement;
+pub mod client_quota;
 pub mod fetch;
 pub mod follower;
 pub mod isr;

@@ -164,6 +164,16 @@ pub(crate) async fn next_frame<R: tokio::io::AsyncRead + Unpin>(
         } else {
             idle_by
         };
+        if let Some(until) = conn.throttled_until(tokio::time::Instant::now()) {
+            // Throttled: its client went over its byte-rate quota (KIP-219).
+            tokio::select! {
+                _ = conn.close.cancelled() => return None,
+                _ = tokio::time::sleep_until(until) => {}
+            }
+            // The throttle is no idleness of the client's.
+            conn.backlog.progressed();
+            continue;
+        }
         let read = if conn.backlog.has_room() {
             tokio::select! {
                 _ = conn.close.cancelled() => return None,

@@ -293,14 +293,17 @@ impl DelayedOperation for DelayedFetch {
     fn on_complete(&self, how: Completion) {
         let responder = self.responder.lock().take();
         let template = self.template.lock().take();
-        let (Some(responder), Some(mut response)) = (responder, template) else {
+        let (Some(mut responder), Some(mut response)) = (responder, template) else {
             return;
         };
         if how == Completion::Cancelled {
             return;
         }
-        let read = read_partitions(&self.params, &self.statuses, &mut response);
-        read.count(&self.metrics);
+        let mut read = read_partitions(&self.params, &self.statuses, &mut response);
+        // Counted out only if sent (a throttled consumer's are withheld).
+        if responder.charge_fetch(&mut response, &mut read.regions) {
+            read.count(&self.metrics);
+        }
         self.session
             .0
             .finish(self.session.1, &mut response, &read.regions);

@@ -219,7 +219,7 @@ impl ReplicaManager {
 
     // --- Produce ---
 
-    pub(crate) fn handle_produce(&self, req: pb::ProduceRequest, responder: Responder) {
+    pub(crate) fn handle_produce(&self, req: pb::ProduceRequest, mut responder: Responder) {
         let acks = Acks::from_wire(req.acks);
         let internal = responder.connection().internal;
         let now_ms = wall_clock_ms();
@@ -247,6 +247,8 @@ impl ReplicaManager {
                     .and_then(|acks| self.append_one(&topic.name, p, acks, now_ms));
                 match result {
                     Ok((partition, append, effects)) => {
+                        // Charged once the append is accepted (as Kafka records it).
+                        responder.charge_quota(p.records.len());
                         if append.duplicate {
                             self.metrics.produce_duplicate();
                         }
@@ -369,7 +371,7 @@ impl ReplicaManager {
     pub(crate) fn handle_fetch(
         &self,
         req: pb::FetchRequest,
-        responder: Responder,
+        mut responder: Responder,
         may_read: Option<crate::authorizer::TopicFilter>,
     ) {
         let principal = responder.connection().principal();
@@ -484,7 +486,7 @@ impl ReplicaManager {
         }
         drop(hosted);
         let template = response.clone();
-        let read = read_partitions(&params, &statuses, &mut response);
+        let mut read = read_partitions(&params, &statuses, &mut response);
         if params.push_high_watermark {
             for s in &mut statuses {
                 s.high_watermark_seen =
@@ -507,7 +509,10 @@ impl ReplicaManager {
             params.min_bytes,
             errors || statuses.is_empty(),
         ) {
-            read.count(&self.metrics);
+            // Counted out only if sent (a throttled consumer's are withheld).
+            if responder.charge_fetch(&mut response, &mut read.regions) {
+                read.count(&self.metrics);
+            }
             self.fetch_sessions
                 .finish(session, &mut response, &read.regions);
             responder.send_fetch(response, read.regions);

@@ -47,6 +47,7 @@ mod in_process {
     mod forgery;
     mod internal_topics;
     mod long_poll;
+    mod quotas;
     pub(crate) mod replication;
     mod single_broker;
     mod zero_copy;

@@ -682,9 +682,16 @@ fn expressions(dashboard: &Value) -> Vec<String> {
 async fn dashboard_and_docs_name_only_exported_metrics() {
     // RF 3 on three brokers: every broker leads and follows, so every family has
     // series (per-partition gauges on leaders, fetcher requests on followers).
-    let cluster = Cluster::start(3, CONFIG).await;
+    // A producer quota of a byte a second, so that one produce is throttled and
+    // the client quota families (exported only with a quota) have series.
+    let cluster = Cluster::start(3, &format!("{CONFIG}quota_producer_default = 1\n")).await;
     create_topic(&cluster, 3, 3);
-    placement(&cluster, 3).await;
+    let leader = placement(&cluster, 3).await[0].1;
+    let conn = cluster.connect(leader).await.unwrap();
+    let r = produce(&conn, TOPIC, 0, 1, &[b"over quota".to_vec()])
+        .await
+        .unwrap();
+    assert_eq!(r.error_code, 0, "{r:?}");
     wait_for(
         "every broker's fetchers to have sent requests",
         Duration::from_secs(15),

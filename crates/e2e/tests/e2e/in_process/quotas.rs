@@ -1,0 +1,273 @@
+//! Client byte-rate quotas (KIP-13, KIP-219) on a real broker: a client
+//! producing or consuming as fast as it can is held to its client id's
+//! quota and told `throttle_time_ms` (a throttled consumer's answer without
+//! its records, as Kafka's); another client id keeps its own budget; a
+//! follower's replication is never charged.
+//!
+//! The quota window is two samples of a second (`quota_window_num = 2`):
+//! Kafka's eleven let a greedy client through in bursts about ten seconds
+//! apart as whole samples expire (the rule's unit tests show it), which only
+//! a run of minutes averages out; two make the rate measurable over seconds.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use syncline_client::Connection;
+use syncline_e2e::inprocess::*;
+use syncline_proto::batch::BatchBuilder;
+use syncline_proto::pb::response::Body as Resp;
+use tokio::time::Instant;
+
+const QUOTA: u64 = 1 << 20;
+/// Traffic before this is the first windows' burst, not measured. A greedy
+/// client gets through in a burst each time a sample leaves the window
+/// (every 2 s from its first request) and then trickles: the measured span
+/// starts and ends mid-way between bursts, so that it holds four whole
+/// periods however the instants fall (cut through a burst, 8 s would count
+/// one burst too few or too many: 12 % of it).
+const WARM_UP: Duration = Duration::from_millis(5500);
+const MEASURED: Duration = Duration::from_secs(8);
+
+/// One batch of one record of `len` bytes.
+fn record_batch(len: usize) -> Bytes {
+    let value = vec![b'q'; len];
+    let mut b = BatchBuilder::new(1_700_000_000_000);
+    b.push(1_700_000_000_000, None, Some(&value), &[]);
+    b.finish()
+}
+
+async fn connect(cluster: &TestCluster, id: i32, client_id: &str) -> Connection {
+    Connection::connect(
+        &cluster.addrs[id as usize - 1],
+        client_id,
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap()
+}
+
+/// Bytes a second over the measured span of `acked` (when each answer came,
+/// its record bytes), and how far that is from the quota.
+fn measured_rate(acked: &[(Duration, u64)]) -> f64 {
+    let bytes: u64 = acked
+        .iter()
+        .filter(|(at, _)| *at >= WARM_UP && *at < WARM_UP + MEASURED)
+        .map(|(_, b)| b)
+        .sum();
+    bytes as f64 / MEASURED.as_secs_f64()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_greedy_producer_is_held_to_its_client_ids_quota_and_another_is_not_slowed() {
+    let cluster = TestCluster::start(
+        1,
+        &format!("quota_producer_default = {QUOTA}\nquota_window_num = 2"),
+    )
+    .await;
+    cluster.create_topic("q", 2, 1, &[]).await;
+    let greedy = connect(&cluster, 1, "greedy").await;
+    let polite = connect(&cluster, 1, "polite").await;
+    let batch = record_batch(64 << 10);
+    let batch_bytes = batch.len() as u64;
+    let started = Instant::now();
+    let end = started + WARM_UP + MEASURED;
+
+    // 64 KiB every 250 ms: a quarter of its own quota, beside the greedy one.
+    let polite_task = tokio::spawn({
+        let batch = batch.clone();
+        async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(250));
+            let (mut answered, mut throttled, mut slowest) = (0, 0, Duration::ZERO);
+            while Instant::now() < end {
+                tick.tick().await;
+                let sent = Instant::now();
+                let resp = polite
+                    .send(produce_request("q", 1, 1, batch.clone()))
+                    .await
+                    .unwrap();
+                let Resp::Produce(r) = resp else {
+                    panic!("unexpected {resp:?}")
+                };
+                assert_eq!(r.topics[0].partitions[0].error_code, 0);
+                answered += 1;
+                throttled += i32::from(r.throttle_time_ms > 0);
+                slowest = slowest.max(sent.elapsed());
+            }
+            (answered, throttled, slowest)
+        }
+    });
+
+    let mut acked = Vec::new();
+    let mut most_throttled = 0;
+    while Instant::now() < end {
+        let resp = greedy
+            .send(produce_request("q", 0, 1, batch.clone()))
+            .await
+            .unwrap();
+        let Resp::Produce(r) = resp else {
+            panic!("unexpected {resp:?}")
+        };
+        assert_eq!(r.topics[0].partitions[0].error_code, 0);
+        most_throttled = most_throttled.max(r.throttle_time_ms);
+        acked.push((started.elapsed(), batch_bytes));
+    }
+    let rate = measured_rate(&acked);
+    let (answered, throttled, slowest) = polite_task.await.unwrap();
+    println!(
+        "produce quota {QUOTA} B/s: greedy client achieved {rate:.0} B/s ({:.3} of it) over \
+         {MEASURED:?} after {WARM_UP:?}, told throttle_time_ms up to {most_throttled}; \
+         polite client: {answered} produces, {throttled} throttled, slowest {slowest:?}",
+        rate / QUOTA as f64
+    );
+    let ratio = rate / QUOTA as f64;
+    assert!(
+        (0.9..=1.1).contains(&ratio),
+        "greedy producer at {rate:.0} B/s against a quota of {QUOTA}"
+    );
+    assert!(most_throttled > 0, "the greedy client was never told");
+    assert_eq!(throttled, 0, "the polite client id was throttled");
+    // It produced on its schedule: one answer per tick (the first at once).
+    let ticks = ((WARM_UP + MEASURED).as_millis() / 250) as i32;
+    assert!(
+        answered >= ticks - 1,
+        "{answered} of {ticks} ticks answered"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_greedy_consumer_is_held_to_its_client_ids_quota() {
+    let cluster = TestCluster::start(
+        1,
+        &format!("quota_consumer_default = {QUOTA}\nquota_window_num = 2"),
+    )
+    .await;
+    cluster.create_topic("q", 1, 1, &[]).await;
+    // More than the consumer may read in the run: it never catches up.
+    let producer = connect(&cluster, 1, "loader").await;
+    let batch = record_batch(64 << 10);
+    let total = 2 * QUOTA * (WARM_UP + MEASURED).as_secs();
+    for _ in 0..total / batch.len() as u64 {
+        let r = produce(&producer, "q", 0, 1, batch.clone()).await;
+        assert_eq!(r.error_code, 0);
+    }
+
+    let consumer = connect(&cluster, 1, "greedy").await;
+    let started = Instant::now();
+    let end = started + WARM_UP + MEASURED;
+    let (mut acked, mut offset, mut most_throttled) = (Vec::new(), 0, 0);
+    while Instant::now() < end {
+        let mut request = fetch_request("q", 0, offset, 0, 1);
+        if let syncline_proto::pb::request::Body::Fetch(f) = &mut request {
+            f.topics[0].partitions[0].partition_max_bytes = 128 << 10;
+        }
+        let resp = consumer.send(request).await.unwrap();
+        let Resp::Fetch(f) = resp else {
+            panic!("unexpected {resp:?}")
+        };
+        let p = &f.responses[0].partitions[0];
+        assert_eq!(p.error_code, 0);
+        let read = values(&p.records);
+        // Kafka's throttled fetch answer: told, and given nothing (the records
+        // it would have carried are not counted against the client either).
+        assert!(
+            f.throttle_time_ms == 0 || read.is_empty(),
+            "throttled for {} ms and given {} records",
+            f.throttle_time_ms,
+            read.len()
+        );
+        offset = read.last().map_or(offset, |(o, _)| o + 1);
+        most_throttled = most_throttled.max(f.throttle_time_ms);
+        acked.push((started.elapsed(), p.records.len() as u64));
+    }
+    assert!(
+        (offset as u64) < total / batch.len() as u64,
+        "the consumer read everything: the test measured nothing"
+    );
+    let rate = measured_rate(&acked);
+    println!(
+        "consumer quota {QUOTA} B/s: greedy consumer achieved {rate:.0} B/s ({:.3} of it) \
+         over {MEASURED:?} after {WARM_UP:?}, told throttle_time_ms up to {most_throttled}",
+        rate / QUOTA as f64
+    );
+    let ratio = rate / QUOTA as f64;
+    assert!(
+        (0.9..=1.1).contains(&ratio),
+        "greedy consumer at {rate:.0} B/s against a quota of {QUOTA}"
+    );
+    assert!(most_throttled > 0, "the greedy consumer was never told");
+}
+
+/// A consumer quota far below the produce rate: the follower's fetches are
+/// replication, never charged, so it keeps up and the ISR stays whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followers_replication_is_never_throttled_by_client_quotas() {
+    let cluster = TestCluster::start(
+        2,
+        "quota_consumer_default = 65536\nreplica_lag_time_max_ms = 2000",
+    )
+    .await;
+    cluster.create_topic("q", 1, 2, &[]).await;
+    let leader = cluster.leader_in_role("q", 0).await;
+    let producer = connect(&cluster, leader, "producer").await;
+    let batch = record_batch(64 << 10);
+    // 16 MiB acks=all: 256 times the consumer quota's second.
+    let started = Instant::now();
+    for _ in 0..256 {
+        let r = produce(&producer, "q", 0, -1, batch.clone()).await;
+        assert_eq!(r.error_code, 0, "{r:?}");
+        assert_eq!(r.acked_isr.len(), 2, "acknowledged by {:?}", r.acked_isr);
+    }
+    let took = started.elapsed();
+    let isr = cluster.partition_metadata(leader, "q", 0).await.isr;
+    println!(
+        "16 MiB acks=all beside a consumer quota of 64 KiB/s: {took:?}, ISR {isr:?}, \
+         {} ISR shrinks",
+        cluster.metric(leader, "syncline_isr_shrinks_total")
+    );
+    assert_eq!(isr.len(), 2, "ISR {isr:?}");
+    assert_eq!(cluster.metric(leader, "syncline_isr_shrinks_total"), 0.0);
+}
+
+/// acks=0 gets no answer to carry `throttle_time_ms`: its bytes are charged
+/// all the same and its connection muted, so the broker appends no faster
+/// than the quota whatever the client sends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acks_0_producer_is_held_to_its_quota_by_its_muted_connection() {
+    let cluster = TestCluster::start(
+        1,
+        &format!("quota_producer_default = {QUOTA}\nquota_window_num = 2"),
+    )
+    .await;
+    cluster.create_topic("q", 1, 1, &[]).await;
+    let greedy = connect(&cluster, 1, "fire-and-forget").await;
+    let batch = record_batch(64 << 10);
+    let batch_bytes = batch.len() as u64;
+    let started = Instant::now();
+    let sender = tokio::spawn(async move {
+        // Sends as fast as the socket takes them: one record a batch.
+        while greedy
+            .send_no_response(produce_request("q", 0, 0, batch.clone()))
+            .await
+            .is_ok()
+        {}
+    });
+    let partition = cluster.replica(1, "q", 0);
+    // The appends are measured between two instants, as they fall.
+    tokio::time::sleep_until(started + WARM_UP).await;
+    let (first, first_at) = (partition.log_end_offset(), Instant::now());
+    tokio::time::sleep_until(started + WARM_UP + MEASURED).await;
+    let (last, last_at) = (partition.log_end_offset(), Instant::now());
+    sender.abort();
+    let rate = ((last - first) as u64 * batch_bytes) as f64
+        / last_at.duration_since(first_at).as_secs_f64();
+    println!(
+        "acks=0 produce quota {QUOTA} B/s: appended {rate:.0} B/s ({:.3} of it) over \
+         {MEASURED:?} after {WARM_UP:?}",
+        rate / QUOTA as f64
+    );
+    let ratio = rate / QUOTA as f64;
+    assert!(
+        (0.9..=1.1).contains(&ratio),
+        "acks=0 producer appended at {rate:.0} B/s against a quota of {QUOTA}"
+    );
+}
