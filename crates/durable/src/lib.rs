@@ -72,6 +72,16 @@ pub fn sync_parent(path: &Path) -> io::Result<()> {
 /// makes each new directory durable: fsyncs the directory it was created in.
 /// Nothing is synced when `dir` already exists.
 pub fn create_dir_all(dir: &Path) -> io::Result<()> {
+    let missing = missing_dirs(dir)?;
+    fs::create_dir_all(dir)?;
+    for d in missing.iter().rev() {
+        sync_parent(d)?;
+    }
+    Ok(())
+}
+
+/// `dir` and those of its parents that do not exist, `dir` first.
+fn missing_dirs(dir: &Path) -> io::Result<Vec<&Path>> {
     let mut missing = Vec::new();
     let mut next = Some(dir);
     while let Some(d) = next.filter(|d| !d.as_os_str().is_empty()) {
@@ -81,11 +91,7 @@ pub fn create_dir_all(dir: &Path) -> io::Result<()> {
         missing.push(d);
         next = d.parent();
     }
-    fs::create_dir_all(dir)?;
-    for d in missing.iter().rev() {
-        sync_parent(d)?;
-    }
-    Ok(())
+    Ok(missing)
 }
 
 /// [`create_dir_all`] for a directory only its owner may enter: each
@@ -96,15 +102,7 @@ pub fn create_dir_all(dir: &Path) -> io::Result<()> {
 #[cfg(unix)]
 pub fn create_private_dir_all(dir: &Path, mode: u32) -> io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
-    let mut missing = Vec::new();
-    let mut next = Some(dir);
-    while let Some(d) = next.filter(|d| !d.as_os_str().is_empty()) {
-        if d.try_exists()? {
-            break;
-        }
-        missing.push(d);
-        next = d.parent();
-    }
+    let missing = missing_dirs(dir)?;
     for d in missing.iter().rev() {
         match fs::DirBuilder::new().mode(mode).create(d) {
             Ok(()) => {}
