@@ -174,6 +174,14 @@ async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// Waits until `voter` has taken a snapshot and purged the log it covers.
+async fn snapshotted_and_purged(voter: &Quorum) {
+    eventually("the voter snapshotted and purged", || {
+        voter.inner.raft.metrics().borrow_watched().purged.is_some()
+    })
+    .await;
+}
+
 /// `n` records that apply to any image whose controller epoch is below `epoch`.
 fn starts(epoch: i32, n: i32) -> Vec<pb::MetadataRecord> {
     (epoch..epoch + n)
@@ -438,16 +446,7 @@ async fn a_voter_that_lost_its_disk_catches_up_from_a_snapshot() {
         epoch = propose_above(&cl, epoch).await;
     }
     let leader = cl.leader().await;
-    eventually("the leader snapshotted and purged", || {
-        leader
-            .inner
-            .raft
-            .metrics()
-            .borrow_watched()
-            .purged
-            .is_some()
-    })
-    .await;
+    snapshotted_and_purged(&leader).await;
     let image = leader.image();
     let back = cl.start_voter(lost).await;
     eventually("the wiped voter caught up", || back.image() == image).await;
@@ -466,16 +465,7 @@ async fn what_a_quorum_writes_only_its_owner_may_read() {
     for _ in 0..6 {
         epoch = propose_above(&cl, epoch).await;
     }
-    eventually("the voter snapshotted and purged", || {
-        leader
-            .inner
-            .raft
-            .metrics()
-            .borrow_watched()
-            .purged
-            .is_some()
-    })
-    .await;
+    snapshotted_and_purged(&leader).await;
     cl.shutdown().await;
     let dir = &cl.dirs[&1];
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
