@@ -705,10 +705,11 @@ pub struct BrokerConfig {
     /// `synclined` contains it too; nothing outside a test can select it).
     #[cfg(feature = "legacy-truncation")]
     pub truncation_rule: TruncationRule,
-    /// Whether requests' CPU-heavy work runs on the blocking pool, off the I/O
-    /// runtime (see the front end's `HeavyWork`). Not a config-file key: the
-    /// simulation turns it off, as a thread of the blocking pool would run in
-    /// an order its seed does not decide. Default true.
+    /// Whether requests' CPU-heavy work runs on threads of its own, off the
+    /// I/O runtime, and a connection yields after each request served inline
+    /// (see the front end's `HeavyWork`). Not a config-file key: the
+    /// simulation turns it off, as a thread of its own would run in an order
+    /// its seed does not decide. Default true.
     pub heavy_work_off_runtime: bool,
     /// Upper bound on the record bytes of one fetch response, whatever the
     /// request asks (Kafka's `fetch.max.bytes`); a partition's share is capped by

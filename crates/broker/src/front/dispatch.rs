@@ -49,5 +49,6 @@ pub(crate) async fn serve(broker: &Arc<dyn Dispatch>, request: pb::Request, resp
             .await;
     } else {
         broker.clone().handle(request, responder);
+        broker.heavy_work().next_turn().await;
     }
 }
