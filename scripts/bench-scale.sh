@@ -96,33 +96,13 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# start_cluster DIR: three brokers with data under DIR; sets bootstrap,
-# kafka_bootstrap and pids.
+# start_cluster DIR: three brokers with data under DIR (start_bench_cluster);
+# sets bootstrap, kafka_bootstrap and pids.
 start_cluster() {
-    local dir=$1 id ports voters
-    mkdir -p "$dir"
-    mapfile -t ports < <(free_ports 9)
-    [ "${#ports[@]}" -eq 9 ] || die "no 9 free ports found on 127.0.0.1"
-    bootstrap="127.0.0.1:${ports[0]},127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}"
-    kafka_bootstrap="127.0.0.1:${ports[6]},127.0.0.1:${ports[7]},127.0.0.1:${ports[8]}"
-    voters="1@127.0.0.1:${ports[0]},2@127.0.0.1:${ports[1]},3@127.0.0.1:${ports[2]}"
-    for id in 1 2 3; do
-        cat >"$dir/broker-$id.toml" <<EOF
-node_id = $id
-listeners = "PLAINTEXT://127.0.0.1:${ports[$((id - 1))]}"
-log_dirs = "$dir/data-$id"
-process_roles = "broker,controller"
-controller_quorum_voters = "$voters"
-metrics_listen = "127.0.0.1:${ports[$((id + 2))]}"
-kafka_listeners = "127.0.0.1:${ports[$((id + 5))]}"
-broker_session_timeout_ms = $session_timeout_ms
-EOF
-        RUST_LOG="${SCALE_RUST_LOG:-warn}" "$bin/synclined" --config "$dir/broker-$id.toml" >"$dir/broker-$id.log" 2>&1 &
-        pids+=("$!")
-    done
+    start_bench_cluster "$1" "$bin" "${SCALE_RUST_LOG:-warn}" "broker_session_timeout_ms = $session_timeout_ms"
     local ready=0
     wait_cluster_ready 60 3 "$bootstrap" brokers_alive || ready=$?
-    [ "$ready" -ne 1 ] || die "$NOT_READY_REASON; see $dir/broker-*.log (run with --keep)"
+    [ "$ready" -ne 1 ] || die "$NOT_READY_REASON; see $1/broker-*.log (run with --keep)"
     [ "$ready" -eq 0 ] || exit 1
 }
 

@@ -242,6 +242,37 @@ wait_cluster_ready() {
     [ "$status" -eq 0 ] || return 1
 }
 
+# start_bench_cluster DIR BIN RUST_LOG [TOML]: starts three brokers of BIN
+# (each a controller voter too, as the shipped config/) on free loopback ports,
+# with data and logs under DIR and the TOML lines in every config; waits for
+# nothing (wait_cluster_ready does). Sets bootstrap, kafka_bootstrap,
+# metrics_addrs (comma-separated, in broker order) and appends the brokers'
+# pids to pids.
+start_bench_cluster() {
+    local dir=$1 bin=$2 log=$3 extra=${4:-} id ports voters
+    mkdir -p "$dir"
+    mapfile -t ports < <(free_ports 9)
+    [ "${#ports[@]}" -eq 9 ] || die "no 9 free ports found on 127.0.0.1"
+    bootstrap="127.0.0.1:${ports[0]},127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}"
+    metrics_addrs="127.0.0.1:${ports[3]},127.0.0.1:${ports[4]},127.0.0.1:${ports[5]}"
+    kafka_bootstrap="127.0.0.1:${ports[6]},127.0.0.1:${ports[7]},127.0.0.1:${ports[8]}"
+    voters="1@127.0.0.1:${ports[0]},2@127.0.0.1:${ports[1]},3@127.0.0.1:${ports[2]}"
+    for id in 1 2 3; do
+        cat >"$dir/broker-$id.toml" <<EOF
+node_id = $id
+listeners = "PLAINTEXT://127.0.0.1:${ports[$((id - 1))]}"
+log_dirs = "$dir/data-$id"
+process_roles = "broker,controller"
+controller_quorum_voters = "$voters"
+metrics_listen = "127.0.0.1:${ports[$((id + 2))]}"
+kafka_listeners = "127.0.0.1:${ports[$((id + 5))]}"
+$extra
+EOF
+        RUST_LOG="$log" "$bin/synclined" --config "$dir/broker-$id.toml" >"$dir/broker-$id.log" 2>&1 &
+        pids+=("$!")
+    done
+}
+
 # Stops a wait_cluster_ready still running (interrupted script) and removes its
 # files.
 stop_wait_ready() {

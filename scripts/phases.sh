@@ -15,7 +15,7 @@
 #   phase_table               prints the table
 #
 # COUNT names what a phase's output says it ran: nextest, doctests, sim, fuzz,
-# bench, compose, scale, or - (nothing to count: a build, a lint, an install).
+# bench, compose, scale, hostile, or - (nothing to count: a build, a lint, an install).
 #
 # Why a background: the end-to-end tests are timed and run one cluster at a
 # time, and leave most of both cores idle while their brokers wait on timers.
@@ -74,6 +74,10 @@ count_ran() {
         ;;
     compose)
         grep -c 'PASSED$' "$2" | awk '{ printf "%d tests\n", $1 }'
+        ;;
+    hostile)
+        # "==> phase 3: unread-flood, 6 s"; the first is without attack.
+        grep -c '^==> phase [0-9]*: ' "$2" | awk '{ printf "%d attacks\n", ($1 > 0 ? $1 - 1 : 0) }'
         ;;
     scale)
         # "==> 30 partitions: starting three brokers in ..."

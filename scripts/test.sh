@@ -31,6 +31,8 @@
 #   containers    scripts/compose-test.sh, plaintext and --secure, when a
 #                 Docker engine answers
 #   scaling       scripts/bench-scale.sh --smoke, on the release build
+#   hostile       scripts/bench-hostile.sh --smoke: every attack in turn beside
+#                 a steady acks=all producer (about 2 minutes)
 #   then, once the background is done: the fuzz smoke run (every target for
 #   20 s, one per core) and scripts/bench.sh --smoke on a quiet machine
 #
@@ -149,7 +151,7 @@ librdkafka_build() {
 shipped_release() {
     # What scripts/cluster.sh, compose.sh and the benchmarks run (bench.sh
     # builds its floor with them).
-    phase "release build (shipped binaries, checked)" - build_shipped release -p syncline-floor
+    phase "release build (shipped binaries, checked)" - build_shipped release -p syncline-floor -p syncline-hostile
 }
 
 simulation() {
@@ -221,10 +223,15 @@ else
 fi
 
 # The partition-scaling benchmark's smoke mode (3 and 30 partitions): its
-# figures are printed, not asserted, so that bench-scale.sh cannot rot.
+# figures are printed, not asserted, so that bench-scale.sh cannot rot. Then
+# the hostile clients' smoke run: each attack for 6 s beside a steady acks=all
+# producer, nothing lost, no broker fenced, no ISR shrunk, each broker's memory
+# under 512 MiB (asserted; its p99 target is printed).
 if await shipped; then
     phase "scaling benchmark smoke run" scale env SYNCLINE_NO_BUILD=1 scripts/bench-scale.sh --smoke ||
         failed+=("scaling benchmark smoke run")
+    phase "hostile clients smoke run" hostile env SYNCLINE_NO_BUILD=1 scripts/bench-hostile.sh --smoke ||
+        failed+=("hostile clients smoke run")
 else
     failed+=("release build")
 fi
