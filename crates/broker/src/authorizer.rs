@@ -434,6 +434,9 @@ fn decide(check: &Check<'_>, body: pb::request::Body) -> Verdict {
         body @ (Body::DescribeQuorum(_)
         | Body::DescribeUserScramCredentials(_)
         | Body::DescribeAcls(_)) => cluster(check, Describe, body),
+        // As Kafka authorizes the quota APIs: configs of the cluster.
+        body @ Body::DescribeClientQuotas(_) => cluster(check, DescribeConfigs, body),
+        body @ Body::AlterClientQuotas(_) => cluster(check, AlterConfigs, body),
         Body::InitProducerId(r) => {
             if acl::may_write_some_topic(
                 &check.acls,

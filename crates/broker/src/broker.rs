@@ -253,6 +253,7 @@ impl Broker {
             | Body::AlterTopic(_)
             | Body::DeleteTopics(_)
             | Body::AlterUserScramCredentials(_)
+            | Body::AlterClientQuotas(_)
             | Body::CreateAcls(_)
             | Body::DeleteAcls(_)
             | Body::AlterReassignments(_)) => self.forward(body, responder),
@@ -264,6 +265,9 @@ impl Broker {
             }
             Body::DescribeAcls(r) => {
                 responder.send(Resp::DescribeAcls(self.metadata.describe_acls(&r)))
+            }
+            Body::DescribeClientQuotas(r) => {
+                responder.send(Resp::DescribeClientQuotas(self.client_quotas.describe(&r)))
             }
             Body::InitProducerId(r) => {
                 let broker = self.clone();
@@ -331,6 +335,10 @@ impl Broker {
         if r.security.is_some() {
             self.user_connections
                 .close_removed(|user| self.metadata.user_exists(user));
+        }
+        if r.client_quotas.is_some() {
+            let (offset, quotas) = self.metadata.client_quotas();
+            self.client_quotas.apply_dynamic(offset, quotas);
         }
         self.groups
             .sync_leadership(&self.metadata.partition_ids(OFFSETS_TOPIC));
@@ -762,6 +770,7 @@ fn forwarded_mark(body: &mut pb::request::Body) -> Option<&mut bool> {
         Body::AlterTopic(r) => Some(&mut r.forwarded),
         Body::DeleteTopics(r) => Some(&mut r.forwarded),
         Body::AlterUserScramCredentials(r) => Some(&mut r.forwarded),
+        Body::AlterClientQuotas(r) => Some(&mut r.forwarded),
         Body::CreateAcls(r) => Some(&mut r.forwarded),
         Body::DeleteAcls(r) => Some(&mut r.forwarded),
         Body::AlterReassignments(r) => Some(&mut r.forwarded),
@@ -1241,6 +1250,7 @@ mod tests {
             Body::AlterTopic(Default::default()),
             Body::DeleteTopics(Default::default()),
             Body::AlterUserScramCredentials(Default::default()),
+            Body::AlterClientQuotas(Default::default()),
             Body::CreateAcls(Default::default()),
             Body::DeleteAcls(Default::default()),
             Body::AlterReassignments(Default::default()),

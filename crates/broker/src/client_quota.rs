@@ -10,12 +10,21 @@
 //! appended, as Kafka records them once the append is accepted) and a
 //! consumer's fetch (the record bytes of the answer). Never a follower's
 //! fetch, nor the broker's own requests.
+//!
+//! Which quotas apply: the cluster's (`syncline quota set`, AlterClientQuotas:
+//! the controller's image, announced in LeaderAndIsr and given here by
+//! [`ClientQuotas::apply_dynamic`]) over the broker config's static defaults
+//! (`quota_producer_default`, `quota_consumer_default`), which count as a
+//! `<default>` client-id quota the cluster's own `<default>` client-id quota
+//! replaces, as Kafka's `quota.producer.default` did.
 
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use syncline_controller::client_quotas::{ClientQuotaMap, QuotaKey, QuotaName};
+use syncline_proto::pb;
 use syncline_replication::client_quota::{
-    self as rules, MetricTags, QuotaEntity, QuotaEntries, QuotaWindow,
+    self as rules, EntityName, MetricTags, QuotaEntity, QuotaEntries, QuotaWindow,
 };
 use tokio::time::{Duration, Instant};
 
@@ -41,37 +50,73 @@ impl QuotaKind {
     }
 }
 
-/// The broker's client quotas: one state per kind, `None` when no quota of
-/// that kind is configured (nothing is measured then).
+/// The broker's client quotas: one state per kind (nothing is measured for
+/// a kind while no quota of it is configured).
 #[derive(Debug)]
 pub(crate) struct ClientQuotas {
-    produce: Option<Mutex<rules::ClientQuotas>>,
-    fetch: Option<Mutex<rules::ClientQuotas>>,
+    produce: Mutex<rules::ClientQuotas>,
+    fetch: Mutex<rules::ClientQuotas>,
+    /// The broker config's static defaults, below the cluster's quotas.
+    producer_default: Option<u64>,
+    consumer_default: Option<u64>,
+    /// The cluster's quotas applied last, and the metadata offset they were
+    /// announced at (-1: none): an older announcement never replaces them.
+    dynamic: Mutex<(i64, Arc<ClientQuotaMap>)>,
     /// What the rules' milliseconds count from.
     started: Instant,
     metrics: Arc<BrokerMetrics>,
 }
 
 impl ClientQuotas {
-    /// The quotas of `config`.
+    /// The quotas of `config` (the cluster's come later, with the metadata).
     pub(crate) fn new(config: &ClientQuotaConfig, metrics: Arc<BrokerMetrics>) -> ClientQuotas {
         let window = QuotaWindow {
             samples: config.window_num,
             sample_ms: u64::from(config.window_size_seconds) * 1000,
         };
         let state = |default: Option<u64>| {
-            default.map(|rate| {
-                let mut entries = QuotaEntries::default();
-                entries.set(QuotaEntity::default_client_id(), Some(rate));
-                Mutex::new(rules::ClientQuotas::new(window, entries))
-            })
+            let entries = entries_of(&ClientQuotaMap::new(), QuotaKey::ProducerByteRate, default);
+            Mutex::new(rules::ClientQuotas::new(window, entries))
         };
         ClientQuotas {
             produce: state(config.producer_default),
             fetch: state(config.consumer_default),
+            producer_default: config.producer_default,
+            consumer_default: config.consumer_default,
+            dynamic: Mutex::new((-1, Arc::new(ClientQuotaMap::new()))),
             started: Instant::now(),
             metrics,
         }
+    }
+
+    /// Applies the cluster's quotas as of metadata `offset` (an image older
+    /// than the one applied is ignored); the rates measured so far are kept.
+    pub(crate) fn apply_dynamic(&self, offset: i64, quotas: Arc<ClientQuotaMap>) {
+        let mut applied = self.dynamic.lock();
+        if offset < applied.0 {
+            return;
+        }
+        self.produce.lock().set_entries(entries_of(
+            &quotas,
+            QuotaKey::ProducerByteRate,
+            self.producer_default,
+        ));
+        self.fetch.lock().set_entries(entries_of(
+            &quotas,
+            QuotaKey::ConsumerByteRate,
+            self.consumer_default,
+        ));
+        *applied = (offset, quotas);
+    }
+
+    /// DescribeClientQuotas, from the quotas in force here (so that a client
+    /// that sees a change described sees it enforced too).
+    pub(crate) fn describe(
+        &self,
+        req: &pb::DescribeClientQuotasRequest,
+    ) -> pb::DescribeClientQuotasResponse {
+        let quotas = self.dynamic.lock().1.clone();
+        syncline_controller::client_quotas::describe(&quotas, req)
     }
 
     /// A charge for a request of `principal` with `client_id` to the `kind`
@@ -82,7 +127,9 @@ impl ClientQuotas {
         principal: &Principal,
         client_id: &str,
     ) -> Option<QuotaCharge> {
-        self.state(kind)?;
+        if !self.state(kind).lock().enabled() {
+            return None;
+        }
         Some(QuotaCharge {
             quotas: self.clone(),
             kind,
@@ -92,12 +139,38 @@ impl ClientQuotas {
         })
     }
 
-    fn state(&self, kind: QuotaKind) -> Option<&Mutex<rules::ClientQuotas>> {
+    fn state(&self, kind: QuotaKind) -> &Mutex<rules::ClientQuotas> {
         match kind {
-            QuotaKind::Produce => self.produce.as_ref(),
-            QuotaKind::Fetch => self.fetch.as_ref(),
+            QuotaKind::Produce => &self.produce,
+            QuotaKind::Fetch => &self.fetch,
         }
     }
+}
+
+/// The byte-rate quotas of `key` (bytes a second) in the cluster's `quotas`,
+/// over the static `default` for each client id.
+fn entries_of(quotas: &ClientQuotaMap, key: QuotaKey, default: Option<u64>) -> QuotaEntries {
+    let mut entries = QuotaEntries::default();
+    if let Some(rate) = default {
+        entries.set(QuotaEntity::default_client_id(), Some(rate));
+    }
+    let side = |name: &Option<QuotaName>| {
+        name.as_ref().map(|n| match n {
+            QuotaName::Default => EntityName::Default,
+            QuotaName::Named(n) => EntityName::Named(n.clone()),
+        })
+    };
+    for (entity, values) in quotas {
+        if let Some(value) = values.get(key) {
+            let entity = QuotaEntity {
+                user: side(&entity.user),
+                client_id: side(&entity.client_id),
+            };
+            // The controller keeps byte rates whole and above zero.
+            entries.set(entity, Some(value as u64));
+        }
+    }
+    entries
 }
 
 /// The user a quota names: the principal's name as Kafka's quotas see it
@@ -129,9 +202,7 @@ impl QuotaCharge {
     /// throttled consumer's fetch is answered without its records, which are
     /// then not counted against it either.
     pub(crate) fn settle(self) -> Settled {
-        let Some(state) = self.quotas.state(self.kind) else {
-            return Settled::default();
-        };
+        let state = self.quotas.state(self.kind);
         let now_ms = Instant::now()
             .saturating_duration_since(self.quotas.started)
             .as_millis() as u64;
@@ -214,6 +285,71 @@ mod tests {
                 "syncline_client_quota_throttle_time_ms_total{quota=\"produce\",user=\"\",client_id=\"c\"} 10000"
             ),
             "{scraped}"
+        );
+    }
+
+    /// The cluster's quotas as the controller announces them: `image` of
+    /// `(client id or None for <default>, producer_byte_rate)`.
+    fn cluster_quotas(image: &[(Option<&str>, f64)]) -> Arc<ClientQuotaMap> {
+        let image = pb::ClientQuotaImage {
+            entries: image
+                .iter()
+                .map(|(client_id, rate)| pb::ClientQuotaEntry {
+                    entity: vec![pb::ClientQuotaEntityComponent {
+                        entity_type: "client-id".into(),
+                        entity_name: client_id.map(str::to_string),
+                    }],
+                    values: vec![pb::ClientQuotaValue {
+                        key: "producer_byte_rate".into(),
+                        value: *rate,
+                    }],
+                })
+                .collect(),
+        };
+        Arc::new(syncline_controller::client_quotas::image_from_pb(&image).unwrap())
+    }
+
+    /// The throttle a 20,000-byte produce of `client_id` gets, alone in a
+    /// fresh window (20,000 bytes over the padded 10 s: 2000 bytes/s).
+    fn throttle_of(quotas: &Arc<ClientQuotas>, client_id: &str) -> Option<Duration> {
+        let mut charge = quotas.charge(QuotaKind::Produce, &Principal::Anonymous, client_id)?;
+        charge.add(20_000);
+        Some(charge.settle().throttle)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_clusters_quotas_apply_over_the_static_default_and_only_newer_ones_replace_them() {
+        let config = ClientQuotaConfig {
+            producer_default: Some(1000),
+            consumer_default: None,
+            window_num: 11,
+            window_size_seconds: 1,
+        };
+        let quotas = Arc::new(ClientQuotas::new(&config, Arc::new(BrokerMetrics::new())));
+        // The static default: 1000 bytes/s for each client id.
+        assert_eq!(throttle_of(&quotas, "a"), Some(Duration::from_secs(10)));
+        // The cluster gives client id "b" 4000 bytes/s: within it; "c" is
+        // still under the static default.
+        quotas.apply_dynamic(5, cluster_quotas(&[(Some("b"), 4000.0)]));
+        assert_eq!(throttle_of(&quotas, "b"), Some(Duration::ZERO));
+        assert_eq!(throttle_of(&quotas, "c"), Some(Duration::from_secs(10)));
+        // The cluster's own <default> client-id quota replaces the static one.
+        quotas.apply_dynamic(6, cluster_quotas(&[(None, 4000.0)]));
+        assert_eq!(throttle_of(&quotas, "d"), Some(Duration::ZERO));
+        // An older image changes nothing; describe shows what is in force.
+        quotas.apply_dynamic(5, cluster_quotas(&[(Some("b"), 4000.0)]));
+        let described = quotas.describe(&pb::DescribeClientQuotasRequest::default());
+        assert_eq!(described.entries.len(), 1);
+        assert_eq!(described.entries[0].entity[0].entity_name, None);
+        // A kind with no quota at all charges nothing.
+        assert!(quotas
+            .charge(QuotaKind::Fetch, &Principal::Anonymous, "e")
+            .is_none());
+        quotas.apply_dynamic(7, cluster_quotas(&[]));
+        assert_eq!(
+            throttle_of(&quotas, "f"),
+            Some(Duration::from_secs(10)),
+            "back to the static default once the cluster's quota is removed"
         );
     }
 }

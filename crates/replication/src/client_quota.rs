@@ -333,6 +333,13 @@ impl ClientQuotas {
         }
     }
 
+    /// Replaces the configured quotas (the cluster's changed); the rates
+    /// measured so far are kept, and those no quota applies to any more are
+    /// forgotten once idle, as any other.
+    pub fn set_entries(&mut self, entries: QuotaEntries) {
+        self.entries = entries;
+    }
+
     /// Whether any quota is configured (else nothing need be charged).
     #[must_use]
     pub fn enabled(&self) -> bool {

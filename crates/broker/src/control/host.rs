@@ -32,9 +32,9 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use syncline_client::Connection;
 use syncline_controller::{
-    changed_brokers, changed_partitions, changed_topic_configs, deleted_topics,
-    parse_scram_bootstrap, security_changed, Controller, ControllerConfig, ControllerResult,
-    ProposeError, Quorum, QuorumConfig, QuorumStatus, QuorumTransport,
+    changed_brokers, changed_partitions, changed_topic_configs, client_quotas_changed,
+    deleted_topics, parse_scram_bootstrap, security_changed, Controller, ControllerConfig,
+    ControllerResult, ProposeError, Quorum, QuorumConfig, QuorumStatus, QuorumTransport,
 };
 use syncline_proto::{pb, ErrorCode};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
@@ -616,6 +616,10 @@ impl Host {
                 let r = c.alter_user_scram_credentials(&req);
                 Resp::AlterUserScramCredentials(self.commit(c, r).await?)
             }
+            Req::AlterClientQuotas(req) => {
+                let r = c.alter_client_quotas(&req);
+                Resp::AlterClientQuotas(self.commit(c, r).await?)
+            }
             Req::CreateAcls(req) => {
                 let r = c.create_acls(&req);
                 Resp::CreateAcls(self.commit(c, r).await?)
@@ -691,6 +695,8 @@ impl Host {
         let deleted = deleted_topics(records);
         // Users and ACLs go whole, whenever one changed.
         let security = security_changed(records).then(|| c.image().security_image());
+        // So do client quotas.
+        let client_quotas = client_quotas_changed(records).then(|| c.image().client_quota_image());
         let topics: BTreeSet<&str> = partitions
             .iter()
             .map(|tp| &*tp.topic)
@@ -727,6 +733,7 @@ impl Host {
             && topic_states.is_empty()
             && deleted.is_empty()
             && security.is_none()
+            && client_quotas.is_none()
         {
             return;
         }
@@ -748,6 +755,7 @@ impl Host {
                 brokers: broker_infos.clone(),
                 deleted_topics: deleted.clone(),
                 security: security.clone(),
+                client_quotas: client_quotas.clone(),
             });
         }
     }
@@ -843,6 +851,7 @@ fn full_request(c: &Controller, broker_id: i32) -> pb::LeaderAndIsrRequest {
         brokers: image.broker_infos(),
         deleted_topics: Vec::new(),
         security: Some(image.security_image()),
+        client_quotas: Some(image.client_quota_image()),
     }
 }
 
