@@ -11,30 +11,11 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use syncline_client::Connection;
 use syncline_e2e::inprocess::*;
-use syncline_proto::batch::BatchBuilder;
+use syncline_e2e::quotas::{measured_rate, produce_until, record_batch, MEASURED, QUOTA, WARM_UP};
 use syncline_proto::pb::response::Body as Resp;
 use tokio::time::Instant;
-
-const QUOTA: u64 = 1 << 20;
-/// Traffic before this is the first windows' burst, not measured. A greedy
-/// client gets through in a burst each time a sample leaves the window
-/// (every 2 s from its first request) and then trickles: the measured span
-/// starts and ends mid-way between bursts, so that it holds four whole
-/// periods however the instants fall (cut through a burst, 8 s would count
-/// one burst too few or too many: 12 % of it).
-const WARM_UP: Duration = Duration::from_millis(5500);
-const MEASURED: Duration = Duration::from_secs(8);
-
-/// One batch of one record of `len` bytes.
-fn record_batch(len: usize) -> Bytes {
-    let value = vec![b'q'; len];
-    let mut b = BatchBuilder::new(1_700_000_000_000);
-    b.push(1_700_000_000_000, None, Some(&value), &[]);
-    b.finish()
-}
 
 async fn connect(cluster: &TestCluster, id: i32, client_id: &str) -> Connection {
     Connection::connect(
@@ -44,17 +25,6 @@ async fn connect(cluster: &TestCluster, id: i32, client_id: &str) -> Connection 
     )
     .await
     .unwrap()
-}
-
-/// Bytes a second over the measured span of `acked` (when each answer came,
-/// its record bytes), and how far that is from the quota.
-fn measured_rate(acked: &[(Duration, u64)]) -> f64 {
-    let bytes: u64 = acked
-        .iter()
-        .filter(|(at, _)| *at >= WARM_UP && *at < WARM_UP + MEASURED)
-        .map(|(_, b)| b)
-        .sum();
-    bytes as f64 / MEASURED.as_secs_f64()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -68,7 +38,6 @@ async fn a_greedy_producer_is_held_to_its_client_ids_quota_and_another_is_not_sl
     let greedy = connect(&cluster, 1, "greedy").await;
     let polite = connect(&cluster, 1, "polite").await;
     let batch = record_batch(64 << 10);
-    let batch_bytes = batch.len() as u64;
     let started = Instant::now();
     let end = started + WARM_UP + MEASURED;
 
@@ -76,43 +45,15 @@ async fn a_greedy_producer_is_held_to_its_client_ids_quota_and_another_is_not_sl
     let polite_task = tokio::spawn({
         let batch = batch.clone();
         async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(250));
-            let (mut answered, mut throttled, mut slowest) = (0, 0, Duration::ZERO);
-            while Instant::now() < end {
-                tick.tick().await;
-                let sent = Instant::now();
-                let resp = polite
-                    .send(produce_request("q", 1, 1, batch.clone()))
-                    .await
-                    .unwrap();
-                let Resp::Produce(r) = resp else {
-                    panic!("unexpected {resp:?}")
-                };
-                assert_eq!(r.topics[0].partitions[0].error_code, 0);
-                answered += 1;
-                throttled += i32::from(r.throttle_time_ms > 0);
-                slowest = slowest.max(sent.elapsed());
-            }
-            (answered, throttled, slowest)
+            let every = Some(Duration::from_millis(250));
+            produce_until(&polite, "q", 1, &batch, every, started, end).await
         }
     });
 
-    let mut acked = Vec::new();
-    let mut most_throttled = 0;
-    while Instant::now() < end {
-        let resp = greedy
-            .send(produce_request("q", 0, 1, batch.clone()))
-            .await
-            .unwrap();
-        let Resp::Produce(r) = resp else {
-            panic!("unexpected {resp:?}")
-        };
-        assert_eq!(r.topics[0].partitions[0].error_code, 0);
-        most_throttled = most_throttled.max(r.throttle_time_ms);
-        acked.push((started.elapsed(), batch_bytes));
-    }
-    let rate = measured_rate(&acked);
-    let (answered, throttled, slowest) = polite_task.await.unwrap();
+    let greedy = produce_until(&greedy, "q", 0, &batch, None, started, end).await;
+    let (rate, most_throttled) = (measured_rate(&greedy.acked), greedy.most_throttled);
+    let polite = polite_task.await.unwrap();
+    let (answered, throttled, slowest) = (polite.acked.len(), polite.throttled, polite.slowest);
     println!(
         "produce quota {QUOTA} B/s: greedy client achieved {rate:.0} B/s ({:.3} of it) over \
          {MEASURED:?} after {WARM_UP:?}, told throttle_time_ms up to {most_throttled}; \
@@ -127,7 +68,7 @@ async fn a_greedy_producer_is_held_to_its_client_ids_quota_and_another_is_not_sl
     assert!(most_throttled > 0, "the greedy client was never told");
     assert_eq!(throttled, 0, "the polite client id was throttled");
     // It produced on its schedule: one answer per tick (the first at once).
-    let ticks = ((WARM_UP + MEASURED).as_millis() / 250) as i32;
+    let ticks = ((WARM_UP + MEASURED).as_millis() / 250) as usize;
     assert!(
         answered >= ticks - 1,
         "{answered} of {ticks} ticks answered"
