@@ -207,8 +207,8 @@ impl QuotaKey {
     /// number for the byte rates (Kafka's LONG configs) that fits in an i64.
     pub fn check(name: &str, value: f64) -> Result<QuotaKey, String> {
         let key = QuotaKey::from_name(name)?;
-        // NaN compares false both ways: refused here too.
-        if !(value > 0.0) || !value.is_finite() {
+        // NaN is not finite: refused here too.
+        if !value.is_finite() || value <= 0.0 {
             return Err(format!("quota {name} must be greater than 0, got {value}"));
         }
         match key {
