@@ -485,13 +485,16 @@ fn a_snapshot_with_invalid_client_quotas_is_refused() {
     }
 }
 
-/// The entities a filter selects, as (user, client-id) pairs: `None` when
-/// the entity has no such side, `Some(None)` for its default.
+/// One side of a described entity: `None` when the entity has no such side,
+/// `Some(None)` for its default.
+type Side = Option<Option<String>>;
+
+/// The entities a filter selects, as (user, client-id) pairs.
 fn described(
     cl: &Cluster,
     components: Vec<pb::ClientQuotaFilterComponent>,
     strict: bool,
-) -> Vec<(Option<Option<String>>, Option<Option<String>>)> {
+) -> Vec<(Side, Side)> {
     let resp = describe(
         cl.c.image().client_quotas(),
         &pb::DescribeClientQuotasRequest { components, strict },
