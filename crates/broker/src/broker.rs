@@ -161,7 +161,6 @@ impl Broker {
         responder: Responder,
     ) {
         use pb::request::Body;
-        use pb::response::Body as Resp;
         let mut responder = responder;
         // Clients' produces and consumers' fetches are charged to their byte-rate
         // quotas; replication and the broker's own requests never are.
@@ -174,6 +173,41 @@ impl Broker {
             let principal = responder.connection().principal();
             responder.set_quota(self.client_quotas.charge(kind, &principal, client_id));
         }
+        // Clients' requests are charged their handling time too (KIP-124):
+        // until this returns or the request is answered, whichever is first.
+        let principal = responder.connection().principal();
+        let handled = (!responder.connection().internal
+            && !matches!(principal, crate::auth::Principal::Broker(_))
+            && !crate::client_quota::is_broker_request(&body))
+        .then(|| {
+            self.client_quotas
+                .charge(QuotaKind::Request, &principal, client_id)
+        })
+        .flatten()
+        .map(|charge| {
+            let handled = Arc::new(std::sync::OnceLock::new());
+            responder.set_request_quota(Some(crate::client_quota::RequestTimeCharge::new(
+                charge,
+                handled.clone(),
+            )));
+            (handled, tokio::time::Instant::now())
+        });
+        self.serve(body, client_id, acl_checked, responder);
+        if let Some((handled, started)) = handled {
+            let _ = handled.set(started.elapsed());
+        }
+    }
+
+    /// Runs an admitted request whose quotas are set.
+    fn serve(
+        self: &Arc<Self>,
+        body: pb::request::Body,
+        client_id: &str,
+        acl_checked: Option<(crate::auth::Principal, String)>,
+        responder: Responder,
+    ) {
+        use pb::request::Body;
+        use pb::response::Body as Resp;
         match body {
             Body::Produce(r) => self.rm.handle_produce(r, responder),
             Body::Fetch(r) => {

@@ -39,6 +39,8 @@ pub(crate) enum QuotaKind {
     Produce,
     /// `consumer_byte_rate`.
     Fetch,
+    /// `request_percentage`: microseconds of request handling time (KIP-124).
+    Request,
 }
 
 impl QuotaKind {
@@ -46,6 +48,7 @@ impl QuotaKind {
         match self {
             QuotaKind::Produce => "produce",
             QuotaKind::Fetch => "fetch",
+            QuotaKind::Request => "request",
         }
     }
 }
@@ -56,6 +59,7 @@ impl QuotaKind {
 pub(crate) struct ClientQuotas {
     produce: Mutex<rules::ClientQuotas>,
     fetch: Mutex<rules::ClientQuotas>,
+    request: Mutex<rules::ClientQuotas>,
     /// The broker config's static defaults, below the cluster's quotas.
     producer_default: Option<u64>,
     consumer_default: Option<u64>,
@@ -81,6 +85,7 @@ impl ClientQuotas {
         ClientQuotas {
             produce: state(config.producer_default),
             fetch: state(config.consumer_default),
+            request: state(None),
             producer_default: config.producer_default,
             consumer_default: config.consumer_default,
             dynamic: Mutex::new((-1, Arc::new(ClientQuotaMap::new()))),
@@ -106,6 +111,9 @@ impl ClientQuotas {
             QuotaKey::ConsumerByteRate,
             self.consumer_default,
         ));
+        self.request
+            .lock()
+            .set_entries(entries_of(&quotas, QuotaKey::RequestPercentage, None));
         *applied = (offset, quotas);
     }
 
@@ -143,12 +151,14 @@ impl ClientQuotas {
         match kind {
             QuotaKind::Produce => &self.produce,
             QuotaKind::Fetch => &self.fetch,
+            QuotaKind::Request => &self.request,
         }
     }
 }
 
-/// The byte-rate quotas of `key` (bytes a second) in the cluster's `quotas`,
-/// over the static `default` for each client id.
+/// The quotas of `key` in the cluster's `quotas` (bytes a second; for
+/// `request_percentage`, microseconds of handling time a second), over the
+/// static `default` for each client id.
 fn entries_of(quotas: &ClientQuotaMap, key: QuotaKey, default: Option<u64>) -> QuotaEntries {
     let mut entries = QuotaEntries::default();
     if let Some(rate) = default {
@@ -166,8 +176,12 @@ fn entries_of(quotas: &ClientQuotaMap, key: QuotaKey, default: Option<u64>) -> Q
                 user: side(&entity.user),
                 client_id: side(&entity.client_id),
             };
-            // The controller keeps byte rates whole and above zero.
-            entries.set(entity, Some(value as u64));
+            let bound = match key {
+                QuotaKey::RequestPercentage => rules::request_time_quota(value),
+                // The controller keeps byte rates whole and above zero.
+                QuotaKey::ProducerByteRate | QuotaKey::ConsumerByteRate => value as u64,
+            };
+            entries.set(entity, Some(bound));
         }
     }
     entries
@@ -232,6 +246,71 @@ impl QuotaCharge {
             throttle: Duration::from_millis(charge.throttle_ms),
             withhold_records,
         }
+    }
+}
+
+/// A request's handling time charged to its `request_percentage` quota
+/// (KIP-124): from when the broker started handling it until its handler
+/// returned (`handled`, set by the dispatcher), or until it was answered, if
+/// that came first. Time the request then waits (in a purgatory, for the
+/// controller, throttled) is not handling time.
+#[derive(Debug)]
+pub(crate) struct RequestTimeCharge {
+    charge: QuotaCharge,
+    started: Instant,
+    handled: Arc<std::sync::OnceLock<Duration>>,
+}
+
+impl RequestTimeCharge {
+    /// A charge for a request whose handling starts now; the dispatcher sets
+    /// `handled` once its handler returns.
+    pub(crate) fn new(charge: QuotaCharge, handled: Arc<std::sync::OnceLock<Duration>>) -> Self {
+        RequestTimeCharge {
+            charge,
+            started: Instant::now(),
+            handled,
+        }
+    }
+
+    /// Records the handling time: how long the client is throttled.
+    pub(crate) fn settle(self) -> Duration {
+        let handled = self
+            .handled
+            .get()
+            .copied()
+            .unwrap_or_else(|| self.started.elapsed());
+        let mut charge = self.charge;
+        charge.add(u64::try_from(handled.as_micros()).unwrap_or(u64::MAX));
+        charge.settle().throttle
+    }
+}
+
+/// Whether `body` is a broker's own request (replication, the controller's
+/// and the brokers' internal APIs, a request forwarded to the controller):
+/// never charged to a client's request quota, as Kafka exempts them.
+pub(crate) fn is_broker_request(body: &pb::request::Body) -> bool {
+    use pb::request::Body;
+    match body {
+        Body::Fetch(r) => r.replica_id >= 0,
+        Body::ListOffsets(r) => r.replica_id >= 0,
+        Body::OffsetsForLeaderEpoch(r) => r.replica_id >= 0,
+        Body::LeaderAndIsr(_)
+        | Body::AlterPartition(_)
+        | Body::BrokerRegistration(_)
+        | Body::BrokerHeartbeat(_)
+        | Body::AllocateProducerIds(_)
+        | Body::Raft(_) => true,
+        Body::CreateTopics(r) => r.forwarded,
+        Body::DescribeQuorum(r) => r.forwarded,
+        Body::ElectLeaders(r) => r.forwarded,
+        Body::AlterTopic(r) => r.forwarded,
+        Body::DeleteTopics(r) => r.forwarded,
+        Body::AlterUserScramCredentials(r) => r.forwarded,
+        Body::AlterClientQuotas(r) => r.forwarded,
+        Body::CreateAcls(r) => r.forwarded,
+        Body::DeleteAcls(r) => r.forwarded,
+        Body::AlterReassignments(r) => r.forwarded,
+        _ => false,
     }
 }
 
@@ -351,5 +430,41 @@ mod tests {
             Some(Duration::from_secs(10)),
             "back to the static default once the cluster's quota is removed"
         );
+    }
+
+    #[test]
+    fn brokers_requests_are_never_charged_handling_time() {
+        use pb::request::Body;
+        let follower = Body::Fetch(pb::FetchRequest {
+            replica_id: 2,
+            ..Default::default()
+        });
+        let consumer = Body::Fetch(pb::FetchRequest {
+            replica_id: -1,
+            ..Default::default()
+        });
+        let forwarded = Body::CreateTopics(pb::CreateTopicsRequest {
+            forwarded: true,
+            ..Default::default()
+        });
+        for body in [
+            follower,
+            forwarded,
+            Body::LeaderAndIsr(Default::default()),
+            Body::AlterPartition(Default::default()),
+            Body::BrokerHeartbeat(Default::default()),
+            Body::Raft(Default::default()),
+        ] {
+            assert!(is_broker_request(&body), "{body:?}");
+        }
+        for body in [
+            consumer,
+            Body::Produce(Default::default()),
+            Body::Metadata(Default::default()),
+            Body::CreateTopics(Default::default()),
+            Body::AlterClientQuotas(Default::default()),
+        ] {
+            assert!(!is_broker_request(&body), "{body:?}");
+        }
     }
 }

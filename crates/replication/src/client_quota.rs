@@ -174,6 +174,22 @@ pub fn throttle_ms(observed_rate: f64, quota: u64, window_ms: u64, cap_ms: u64) 
     (ms as u64).min(cap_ms)
 }
 
+/// The bound a `request_percentage` quota (KIP-124) puts on a rate of
+/// request handling time, in microseconds of handling a second:
+/// `percentage` of one thread is `percentage / 100` seconds a second, so a
+/// client may take `percentage / 100 × window` of handling time over the
+/// window (10 % over Kafka's 11 s window: 1.1 s). Charging each request's
+/// handling time in microseconds to a [`ClientQuotas`] with this bound
+/// throttles by the same formula as the byte rates. At least 1.
+#[must_use]
+pub fn request_time_quota(percentage: f64) -> u64 {
+    let micros_per_second = percentage / 100.0 * 1_000_000.0;
+    if micros_per_second.is_nan() || micros_per_second < 1.0 {
+        return 1;
+    }
+    micros_per_second.round() as u64
+}
+
 /// One side of a quota entity: absent, Kafka's `<default>`, or a name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum EntityName {
@@ -624,6 +640,30 @@ mod tests {
         let c = q.record("", "c", u64::MAX / 2, 0);
         assert_eq!((c.throttle_ms, c.tags), (0, None));
         assert_eq!(q.tracked(), 0);
+    }
+
+    /// Kafka's ClientRequestQuotaManagerTest semantics: a 10 % request quota
+    /// over the (padded) ten seconds lets a client take one second of handling
+    /// time; past it, the throttle is the byte rates' formula on time.
+    #[test]
+    fn a_request_percentage_bounds_handling_time_over_the_window() {
+        assert_eq!(request_time_quota(10.0), 100_000);
+        assert_eq!(
+            request_time_quota(0.0001),
+            1,
+            "at least a microsecond a second"
+        );
+        assert_eq!(request_time_quota(200.0), 2_000_000, "two threads' worth");
+        let mut entries = QuotaEntries::default();
+        entries.set(
+            QuotaEntity::default_client_id(),
+            Some(request_time_quota(10.0)),
+        );
+        let mut q = ClientQuotas::new(W, entries);
+        // One second of handling in the first ten: exactly the quota.
+        assert_eq!(q.record("", "c", 1_000_000, 0).throttle_ms, 0);
+        // 100 ms more: 1.1 s over 10 s is 11 %, one tenth over: 1 s.
+        assert_eq!(q.record("", "c", 100_000, 0).throttle_ms, 1000);
     }
 
     /// As Kafka's testExpireQuotaSensors (Kafka expires sensors idle for an

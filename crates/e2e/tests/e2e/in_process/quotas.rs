@@ -212,3 +212,96 @@ async fn an_acks_0_producer_is_held_to_its_quota_by_its_muted_connection() {
         "acks=0 producer appended at {rate:.0} B/s against a quota of {QUOTA}"
     );
 }
+
+/// KIP-124: a client id whose `request_percentage` quota the cluster sets is
+/// charged the time the broker spends handling its requests; once over it,
+/// its answer says `throttle_time_ms` and its connection is not read for
+/// that long. Another client id sending the same requests is never
+/// throttled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_over_its_request_quota_is_throttled_and_muted_and_another_is_not() {
+    use syncline_proto::pb;
+    let cluster = TestCluster::start(1, "quota_window_num = 2").await;
+    cluster.create_topic("q", 1, 1, &[]).await;
+    let admin = connect(&cluster, 1, "admin").await;
+    // 0.001 % of a thread: ten microseconds of handling a second, which the
+    // first produce or two go far past, so that the throttle is long (up to
+    // the whole window) against the time an answer takes to reach the client.
+    let set = pb::request::Body::AlterClientQuotas(pb::AlterClientQuotasRequest {
+        entries: vec![pb::ClientQuotaAlteration {
+            entity: vec![pb::ClientQuotaEntityComponent {
+                entity_type: "client-id".into(),
+                entity_name: Some("busy".into()),
+            }],
+            ops: vec![pb::ClientQuotaOp {
+                key: "request_percentage".into(),
+                value: 0.001,
+                remove: false,
+            }],
+        }],
+        validate_only: false,
+        forwarded: false,
+    });
+    let Resp::AlterClientQuotas(r) = admin.send(set).await.unwrap() else {
+        panic!("not an AlterClientQuotas answer")
+    };
+    assert_eq!(r.results[0].error_code, 0, "{r:?}");
+    syncline_e2e::wait_for("the quota to reach the broker", Duration::from_secs(10), || {
+        let admin = &admin;
+        async move {
+            let describe = pb::request::Body::DescribeClientQuotas(Default::default());
+            matches!(admin.send(describe).await, Ok(Resp::DescribeClientQuotas(d)) if d.entries.len() == 1)
+        }
+    })
+    .await;
+
+    let batch = record_batch(1024);
+    let produce_once = |conn: &Connection| {
+        let request = produce_request("q", 0, 1, batch.clone());
+        let conn = conn.clone();
+        async move {
+            let Resp::Produce(r) = conn.send(request).await.unwrap() else {
+                panic!("not a Produce answer")
+            };
+            assert_eq!(r.topics[0].partitions[0].error_code, 0, "{r:?}");
+            r.throttle_time_ms
+        }
+    };
+    let other = connect(&cluster, 1, "other").await;
+    for _ in 0..500 {
+        assert_eq!(
+            produce_once(&other).await,
+            0,
+            "client id other was throttled"
+        );
+    }
+    let busy = connect(&cluster, 1, "busy").await;
+    let mut sent = 0;
+    let throttle = loop {
+        sent += 1;
+        let throttle = produce_once(&busy).await;
+        if throttle >= 100 {
+            break throttle;
+        }
+        assert!(sent < 5000, "5000 produces and never throttled 100 ms");
+    };
+    // Muted: the next request is read only once the throttle has passed.
+    let asked = Instant::now();
+    let _ = produce_once(&busy).await;
+    let waited = asked.elapsed();
+    println!(
+        "request quota 0.001 %: client id busy throttled {throttle} ms after {sent} produces \
+         (client id other: 500 produces, none throttled); its next produce took {waited:?}"
+    );
+    assert!(
+        waited >= Duration::from_millis(throttle as u64 * 9 / 10),
+        "answered after {waited:?} while throttled for {throttle} ms"
+    );
+    let scraped = cluster.broker(1).broker().metrics().encode();
+    let series = "syncline_client_quota_throttle_time_ms_total{quota=\"request\",user=\"\",client_id=\"busy\"}";
+    let counted: f64 = scraped
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in {scraped}"));
+    assert!(counted >= f64::from(throttle), "{series} {counted}");
+}
