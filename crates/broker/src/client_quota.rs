@@ -226,20 +226,31 @@ impl QuotaCharge {
         if let (Some(tags), true) = (&charge.tags, withhold_records) {
             state.unrecord(tags, self.bytes, now_ms);
         }
+        let rate = charge.tags.as_ref().map(|tags| state.rate(tags, now_ms));
         drop(state);
         let label = |tags: MetricTags| QuotaLabel {
             quota: self.kind.label(),
             user: tags.user,
             client_id: tags.client_id,
         };
-        let has_metrics = charge.throttle_ms > 0 || !charge.expired.is_empty();
+        let has_metrics = charge.tags.is_some() || !charge.expired.is_empty();
         if has_metrics {
             let metrics = self.quotas.metrics.client_quotas();
             for tags in charge.expired {
                 metrics.forget(&label(tags));
             }
-            if let (Some(tags), true) = (charge.tags, charge.throttle_ms > 0) {
-                metrics.throttled(&label(tags), charge.throttle_ms);
+            if let (Some(tags), Some(rate)) = (charge.tags, rate) {
+                let label = label(tags);
+                // Kafka's byte-rate, and its request-time as percent of a
+                // thread (microseconds a second / 10,000).
+                let value = match self.kind {
+                    QuotaKind::Request => rate / 10_000.0,
+                    QuotaKind::Produce | QuotaKind::Fetch => rate,
+                };
+                metrics.rate(&label, value);
+                if charge.throttle_ms > 0 {
+                    metrics.throttled(&label, charge.throttle_ms);
+                }
             }
         }
         Settled {
@@ -365,6 +376,13 @@ mod tests {
             ),
             "{scraped}"
         );
+        // Kafka's byte-rate: 20,000 bytes over the padded 10 s.
+        assert!(
+            scraped.contains(
+                "syncline_client_quota_byte_rate{quota=\"produce\",user=\"\",client_id=\"c\"} 2000.0"
+            ),
+            "{scraped}"
+        );
     }
 
     /// The cluster's quotas as the controller announces them: `image` of
@@ -466,5 +484,76 @@ mod tests {
         ] {
             assert!(!is_broker_request(&body), "{body:?}");
         }
+    }
+
+    /// Each measured entity has a rate series (Kafka's `byte-rate`, and the
+    /// request time as percent of a thread) while its rate is remembered:
+    /// idle for the whole window, its series go with it.
+    #[tokio::test(start_paused = true)]
+    async fn an_entitys_rate_series_lives_while_its_rate_is_remembered() {
+        let config = ClientQuotaConfig {
+            producer_default: Some(1 << 20),
+            consumer_default: None,
+            window_num: 11,
+            window_size_seconds: 1,
+        };
+        let quotas = Arc::new(ClientQuotas::new(&config, Arc::new(BrokerMetrics::new())));
+        let mut request = ClientQuotaMap::new();
+        request.insert(
+            syncline_controller::client_quotas::ClientQuotaEntity {
+                user: None,
+                client_id: Some(QuotaName::Default),
+            },
+            syncline_controller::client_quotas::image_from_pb(&pb::ClientQuotaImage {
+                entries: vec![pb::ClientQuotaEntry {
+                    entity: vec![pb::ClientQuotaEntityComponent {
+                        entity_type: "client-id".into(),
+                        entity_name: None,
+                    }],
+                    values: vec![pb::ClientQuotaValue {
+                        key: "request_percentage".into(),
+                        value: 50.0,
+                    }],
+                }],
+            })
+            .unwrap()
+            .into_values()
+            .next()
+            .unwrap(),
+        );
+        quotas.apply_dynamic(1, Arc::new(request));
+        let charge = |client_id: &str, bytes: u64| {
+            let mut c = quotas
+                .charge(QuotaKind::Produce, &Principal::Anonymous, client_id)
+                .unwrap();
+            c.add(bytes);
+            let _ = c.settle();
+        };
+        let handle = |client_id: &str, took: Duration| {
+            let handled = Arc::new(std::sync::OnceLock::new());
+            handled.set(took).unwrap();
+            let request = quotas
+                .charge(QuotaKind::Request, &Principal::Anonymous, client_id)
+                .unwrap();
+            let _ = RequestTimeCharge::new(request, handled).settle();
+        };
+        charge("old", 10_000);
+        handle("old", Duration::from_millis(500));
+        let scraped = quotas.metrics.encode();
+        for series in [
+            "syncline_client_quota_byte_rate{quota=\"produce\",user=\"\",client_id=\"old\"} 1000.0",
+            // Half a second of handling over the padded 10 s: 5 % of a thread.
+            "syncline_client_quota_request_time_percent{quota=\"request\",user=\"\",client_id=\"old\"} 5.0",
+        ] {
+            assert!(scraped.contains(series), "no {series} in {scraped}");
+        }
+        // A whole window later another client's requests sweep "old" away
+        // (each kind's series with that kind's rates).
+        tokio::time::advance(Duration::from_secs(11)).await;
+        charge("new", 10_000);
+        handle("new", Duration::from_millis(1));
+        let scraped = quotas.metrics.encode();
+        assert!(!scraped.contains("client_id=\"old\""), "{scraped}");
+        assert!(scraped.contains("client_id=\"new\""), "{scraped}");
     }
 }

@@ -385,6 +385,15 @@ impl ClientQuotas {
         }
     }
 
+    /// The rate of `tags` at `now_ms` (units a second; zero for an entity
+    /// not measured): what the per-entity metrics show.
+    pub fn rate(&mut self, tags: &MetricTags, now_ms: u64) -> f64 {
+        let w = self.window;
+        self.rates
+            .get_mut(tags)
+            .map_or(0.0, |rate| rate.measure(&w, now_ms))
+    }
+
     /// Takes back `bytes` just charged to `tags` at `now_ms`: a consumer's
     /// throttled fetch is answered without its records (Kafka's KIP-219), so
     /// they do not count against it.
@@ -628,7 +637,13 @@ mod tests {
         assert_eq!(first.throttle_ms, 0);
         let over = q.record("", "c", 5_000, 0);
         assert_eq!(over.throttle_ms, 4000, "14,000 bytes over 10 s");
-        q.unrecord(&over.tags.unwrap(), 5_000, 0);
+        let tags = over.tags.unwrap();
+        assert!((q.rate(&tags, 0) - 1400.0).abs() < 1e-9);
+        q.unrecord(&tags, 5_000, 0);
+        assert!(
+            (q.rate(&tags, 0) - 900.0).abs() < 1e-9,
+            "the rate without them"
+        );
         // As if the 5,000 bytes never went: 9,500 bytes, within the quota.
         assert_eq!(q.record("", "c", 500, 0).throttle_ms, 0);
     }
