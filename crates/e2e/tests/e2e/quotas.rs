@@ -8,15 +8,23 @@
 //!
 //! The broker runs with a quota window of two samples of a second (see
 //! `syncline_e2e::quotas`).
+//!
+//! A Kafka client manages the same quotas through the Kafka listener:
+//! kafka-python sends AlterClientQuotas and DescribeClientQuotas
+//! (crates/e2e/python/kafka_client_quotas.py), and what it sets the CLI
+//! describes and the other way round; an invalid value is refused with
+//! INVALID_REQUEST.
 
 use std::time::Duration;
 
 use serde_json::Value;
 use syncline_e2e::checks::create_topic;
+use syncline_e2e::kcat::kafka_python;
 use syncline_e2e::quotas::{
     measured_rate, produce_count, produce_until, record_batch, MEASURED, QUOTA, WARM_UP,
 };
 use syncline_e2e::{wait_for, Cluster};
+use tokio::process::Command;
 use tokio::time::Instant;
 
 /// Bound on a quota change reaching the broker.
@@ -156,4 +164,98 @@ async fn a_quota_set_through_the_cli_slows_its_client_id_alone_until_deleted() {
     );
     assert_eq!(after.throttled, 0, "still throttled after the quota went");
     drop(other);
+}
+
+/// Bound on one run of the script.
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Runs `kafka_client_quotas.py COMMAND BOOTSTRAP ARGS...`; its stdout
+/// lines, after checking it succeeded.
+async fn script(cluster: &Cluster, command: &str, args: &[&str]) -> Vec<String> {
+    let path = format!(
+        "{}/python/kafka_client_quotas.py",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let child = Command::new(kafka_python())
+        .arg(path)
+        .args([command, &cluster.kafka_bootstrap()])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(SCRIPT_TIMEOUT, child)
+        .await
+        .unwrap_or_else(|_| panic!("{command} did not finish within {SCRIPT_TIMEOUT:?}"))
+        .expect("kafka-python runs (SYNCLINE_KAFKA_PYTHON, or target/kafka-clients)");
+    assert!(
+        out.status.success(),
+        "{command} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_python_sets_and_describes_the_quotas_the_cli_does() {
+    let cluster = Cluster::start(1, "").await;
+    // Set by a Kafka client, described by the CLI.
+    let altered = script(&cluster, "alter", &["kp", "producer_byte_rate", "2048"]).await;
+    assert_eq!(altered, vec!["ALTERED 0 "]);
+    wait_for("the quota to reach the broker", PROPAGATION, || async {
+        described_rate(&cluster, "kp") == Some(2048)
+    })
+    .await;
+    // Set by the CLI, described by the Kafka client (with the first).
+    stdout(&cluster.cli(
+        &[
+            "quota",
+            "set",
+            "--client-id",
+            "kp",
+            "--consumer-byte-rate",
+            "4096",
+        ],
+        None,
+    ));
+    wait_for(
+        "the CLI's quota to reach the broker",
+        PROPAGATION,
+        || async {
+            described_rate(&cluster, "kp").is_some()
+                && stdout(&cluster.cli(&["quota", "describe", "--json"], None)).contains("4096")
+        },
+    )
+    .await;
+    assert_eq!(
+        script(&cluster, "describe", &["kp"]).await,
+        vec![
+            "QUOTA kp producer_byte_rate 2048.0",
+            "QUOTA kp consumer_byte_rate 4096.0",
+            "ENTRIES 1"
+        ]
+    );
+    // Kafka's validation, as Kafka's clients see it: INVALID_REQUEST (42).
+    let refused = script(&cluster, "alter", &["kp", "producer_byte_rate", "-1"]).await;
+    assert!(
+        refused[0].starts_with("ALTERED 42 quota producer_byte_rate must be greater than 0"),
+        "{refused:?}"
+    );
+    let refused = script(&cluster, "alter", &["kp", "no.such.quota", "1"]).await;
+    assert!(
+        refused[0].starts_with("ALTERED 42 invalid quota key"),
+        "{refused:?}"
+    );
+    // Removed by the Kafka client.
+    for key in ["producer_byte_rate", "consumer_byte_rate"] {
+        let removed = script(&cluster, "alter", &["kp", key, "remove"]).await;
+        assert_eq!(removed, vec!["ALTERED 0 "]);
+    }
+    wait_for("the removal to reach the broker", PROPAGATION, || async {
+        script(&cluster, "describe", &["kp"]).await == vec!["ENTRIES 0"]
+    })
+    .await;
 }
