@@ -30,7 +30,7 @@
 //! `throttle_time_ms`; the windowed rate and its formula are what Kafka's
 //! clients and operators know.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// The window a rate is measured over: `samples` windows of `sample_ms`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -333,7 +333,11 @@ pub struct Charge {
 pub struct ClientQuotas {
     window: QuotaWindow,
     entries: QuotaEntries,
-    rates: HashMap<MetricTags, SampledRate>,
+    /// A BTreeMap, not a HashMap: each HashMap draws hash keys from the
+    /// thread's sequence, and one more at a broker's start changes the
+    /// iteration order of every HashMap made after it, so the simulation's
+    /// seeds would run other schedules.
+    rates: BTreeMap<MetricTags, SampledRate>,
     swept_at_ms: u64,
 }
 
@@ -344,7 +348,7 @@ impl ClientQuotas {
         ClientQuotas {
             window,
             entries,
-            rates: HashMap::new(),
+            rates: BTreeMap::new(),
             swept_at_ms: 0,
         }
     }
