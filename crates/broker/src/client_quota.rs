@@ -1,4 +1,4 @@
-//! Client byte-rate quotas, the shell: the rules (the windowed rate, the
+//! Client quotas, the shell: the rules (the windowed rate, the
 //! throttle time, which quota applies) are `syncline_replication::client_quota`;
 //! here one state per kind of traffic is shared under a lock, on tokio's
 //! clock, and a request's [`QuotaCharge`] travels with its responder until
@@ -8,8 +8,10 @@
 //!
 //! Charged: a client's produce (the record bytes of the partitions
 //! appended, as Kafka records them once the append is accepted) and a
-//! consumer's fetch (the record bytes of the answer). Never a follower's
-//! fetch, nor the broker's own requests.
+//! consumer's fetch (the record bytes of the answer); and, to its
+//! `request_percentage` quota (KIP-124), every client request's handling time
+//! ([`RequestTimeCharge`]). Never a follower's fetch, nor the brokers' own
+//! requests ([`is_broker_request`]).
 //!
 //! Which quotas apply: the cluster's (`syncline quota set`, AlterClientQuotas:
 //! the controller's image, announced in LeaderAndIsr and given here by
