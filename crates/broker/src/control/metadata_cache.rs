@@ -996,6 +996,43 @@ mod tests {
     }
 
     #[test]
+    fn the_client_quota_image_is_replaced_whole_by_newer_announcements_only() {
+        let image = |client_id: &str, value: f64| pb::ClientQuotaImage {
+            entries: vec![pb::ClientQuotaEntry {
+                entity: vec![pb::ClientQuotaEntityComponent {
+                    entity_type: "client-id".into(),
+                    entity_name: Some(client_id.into()),
+                }],
+                values: vec![pb::ClientQuotaValue {
+                    key: "producer_byte_rate".into(),
+                    value,
+                }],
+            }],
+        };
+        let with = |offset: i64, quotas: Option<pb::ClientQuotaImage>| pb::LeaderAndIsrRequest {
+            metadata_offset: offset,
+            client_quotas: quotas,
+            ..req(vec![], false)
+        };
+        let c = MetadataCache::new("c");
+        assert_eq!(c.client_quotas().0, -1);
+        c.apply(&with(10, Some(image("a", 1024.0))));
+        let names = |c: &MetadataCache| -> Vec<String> {
+            c.client_quotas().1.keys().map(|e| e.to_string()).collect()
+        };
+        assert_eq!(names(&c), vec!["client-id \"a\""]);
+        // Absent: kept; older: ignored; invalid (no controller sends one): ignored.
+        c.apply(&with(11, None));
+        c.apply(&with(9, Some(image("b", 1024.0))));
+        c.apply(&with(12, Some(image("b", -1.0))));
+        assert_eq!(names(&c), vec!["client-id \"a\""]);
+        assert_eq!(c.client_quotas().0, 10);
+        // Newer: replaces the whole set.
+        c.apply(&with(13, Some(image("b", 2048.0))));
+        assert_eq!(names(&c), vec!["client-id \"b\""]);
+    }
+
+    #[test]
     fn the_security_image_is_replaced_whole_when_announced_and_kept_otherwise() {
         let c = MetadataCache::new("c");
         assert!(!c.user_exists("alice") && c.acls().is_empty());
