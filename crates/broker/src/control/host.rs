@@ -1162,4 +1162,41 @@ mod tests {
         assert_eq!(security, c.image().security_image());
         assert_eq!(security.credentials[0].name, "alice");
     }
+
+    #[test]
+    fn full_requests_carry_every_client_quota() {
+        let mut c = Controller::new(
+            ControllerConfig::new(0, "c"),
+            MetadataImage::new(),
+            Instant::now(),
+        )
+        .unwrap();
+        let start = c.start();
+        c.replay_all(0, &start.records).unwrap();
+        assert!(full_request(&c, 1)
+            .client_quotas
+            .is_some_and(|q| q.entries.is_empty()));
+        let r = c.alter_client_quotas(&pb::AlterClientQuotasRequest {
+            entries: vec![pb::ClientQuotaAlteration {
+                entity: vec![pb::ClientQuotaEntityComponent {
+                    entity_type: "client-id".into(),
+                    entity_name: None,
+                }],
+                ops: vec![pb::ClientQuotaOp {
+                    key: "producer_byte_rate".into(),
+                    value: 1024.0,
+                    remove: false,
+                }],
+            }],
+            validate_only: false,
+            forwarded: false,
+        });
+        assert!(client_quotas_changed(&r.records));
+        assert!(!security_changed(&r.records));
+        let first = c.next_offset();
+        c.replay_all(first, &r.records).unwrap();
+        let quotas = full_request(&c, 1).client_quotas.expect("the quota image");
+        assert_eq!(quotas, c.image().client_quota_image());
+        assert_eq!(quotas.entries.len(), 1);
+    }
 }
