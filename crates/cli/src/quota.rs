@@ -78,14 +78,14 @@ pub(crate) struct SetArgs {
     #[command(flatten)]
     pub(crate) entity: EntityArgs,
     /// Bytes a second the entity may produce.
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", allow_negative_numbers = true)]
     pub(crate) producer_byte_rate: Option<u64>,
     /// Bytes a second the entity may fetch as a consumer.
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", allow_negative_numbers = true)]
     pub(crate) consumer_byte_rate: Option<u64>,
     /// Percent of one request handler thread the entity's requests may take
     /// over the quota window.
-    #[arg(long, value_name = "PERCENT")]
+    #[arg(long, value_name = "PERCENT", allow_negative_numbers = true)]
     pub(crate) request_percentage: Option<f64>,
     /// Check the change only: nothing is set.
     #[arg(long)]
@@ -430,6 +430,13 @@ mod tests {
         ])
         .is_err());
         assert!(parse(&["set", "--user", "a", "--producer-byte-rate", "-1"]).is_err());
+        // A negative percentage reaches the controller, which says why it is refused.
+        let QuotaCommand::Set(s) =
+            parse(&["set", "--user", "a", "--request-percentage", "-3"]).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(set_ops(&s).unwrap()[0].value, -3.0);
     }
 
     #[test]
