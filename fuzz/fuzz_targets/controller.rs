@@ -126,6 +126,10 @@ fuzz_target!(|data: &[u8]| {
                 let d = cluster.c.delete_topics(&r);
                 cluster.commit(d);
             }
+            Some(Body::AlterClientQuotas(r)) => {
+                let d = cluster.c.alter_client_quotas(&r);
+                cluster.commit(d);
+            }
             _ => {}
         }
         let d = cluster.c.tick(now);

@@ -434,6 +434,9 @@ fn decide(check: &Check<'_>, body: pb::request::Body) -> Verdict {
         body @ (Body::DescribeQuorum(_)
         | Body::DescribeUserScramCredentials(_)
         | Body::DescribeAcls(_)) => cluster(check, Describe, body),
+        // As Kafka authorizes the quota APIs: configs of the cluster.
+        body @ Body::DescribeClientQuotas(_) => cluster(check, DescribeConfigs, body),
+        body @ Body::AlterClientQuotas(_) => cluster(check, AlterConfigs, body),
         Body::InitProducerId(r) => {
             if acl::may_write_some_topic(
                 &check.acls,
@@ -614,6 +617,18 @@ mod tests {
             allow("User:alice", Operation::Read, ResourceType::Topic, "orders"),
             allow("User:alice", Operation::Read, ResourceType::Group, "g"),
             allow("User:bob", Operation::Read, ResourceType::Topic, "orders"),
+            allow(
+                "User:carol",
+                Operation::DescribeConfigs,
+                ResourceType::Cluster,
+                acl::CLUSTER_RESOURCE_NAME,
+            ),
+            allow(
+                "User:dave",
+                Operation::AlterConfigs,
+                ResourceType::Cluster,
+                acl::CLUSTER_RESOURCE_NAME,
+            ),
         ]))
     }
 
@@ -758,6 +773,30 @@ mod tests {
                 Body::DescribeCluster(Default::default()),
                 user("bob"),
                 "serve",
+            ),
+            (
+                "client quotas are described with cluster DescribeConfigs",
+                Body::DescribeClientQuotas(Default::default()),
+                user("carol"),
+                "serve",
+            ),
+            (
+                "and not without it",
+                Body::DescribeClientQuotas(Default::default()),
+                user("alice"),
+                "refuse ClusterAuthorizationFailed",
+            ),
+            (
+                "client quotas are altered with cluster AlterConfigs",
+                Body::AlterClientQuotas(Default::default()),
+                user("dave"),
+                "serve",
+            ),
+            (
+                "DescribeConfigs does not alter them",
+                Body::AlterClientQuotas(Default::default()),
+                user("carol"),
+                "refuse ClusterAuthorizationFailed",
             ),
         ];
         for (name, body, principal, want) in cases {

@@ -161,7 +161,6 @@ impl Broker {
         responder: Responder,
     ) {
         use pb::request::Body;
-        use pb::response::Body as Resp;
         let mut responder = responder;
         // Clients' produces and consumers' fetches are charged to their byte-rate
         // quotas; replication and the broker's own requests never are.
@@ -174,6 +173,41 @@ impl Broker {
             let principal = responder.connection().principal();
             responder.set_quota(self.client_quotas.charge(kind, &principal, client_id));
         }
+        // Clients' requests are charged their handling time too (KIP-124):
+        // until this returns or the request is answered, whichever is first.
+        let principal = responder.connection().principal();
+        let handled = (!responder.connection().internal
+            && !matches!(principal, crate::auth::Principal::Broker(_))
+            && !crate::client_quota::is_broker_request(&body))
+        .then(|| {
+            self.client_quotas
+                .charge(QuotaKind::Request, &principal, client_id)
+        })
+        .flatten()
+        .map(|charge| {
+            let handled = Arc::new(std::sync::OnceLock::new());
+            responder.set_request_quota(Some(crate::client_quota::RequestTimeCharge::new(
+                charge,
+                handled.clone(),
+            )));
+            (handled, tokio::time::Instant::now())
+        });
+        self.serve(body, client_id, acl_checked, responder);
+        if let Some((handled, started)) = handled {
+            let _ = handled.set(started.elapsed());
+        }
+    }
+
+    /// Runs an admitted request whose quotas are set.
+    fn serve(
+        self: &Arc<Self>,
+        body: pb::request::Body,
+        client_id: &str,
+        acl_checked: Option<(crate::auth::Principal, String)>,
+        responder: Responder,
+    ) {
+        use pb::request::Body;
+        use pb::response::Body as Resp;
         match body {
             Body::Produce(r) => self.rm.handle_produce(r, responder),
             Body::Fetch(r) => {
@@ -253,6 +287,7 @@ impl Broker {
             | Body::AlterTopic(_)
             | Body::DeleteTopics(_)
             | Body::AlterUserScramCredentials(_)
+            | Body::AlterClientQuotas(_)
             | Body::CreateAcls(_)
             | Body::DeleteAcls(_)
             | Body::AlterReassignments(_)) => self.forward(body, responder),
@@ -264,6 +299,9 @@ impl Broker {
             }
             Body::DescribeAcls(r) => {
                 responder.send(Resp::DescribeAcls(self.metadata.describe_acls(&r)))
+            }
+            Body::DescribeClientQuotas(r) => {
+                responder.send(Resp::DescribeClientQuotas(self.client_quotas.describe(&r)))
             }
             Body::InitProducerId(r) => {
                 let broker = self.clone();
@@ -331,6 +369,10 @@ impl Broker {
         if r.security.is_some() {
             self.user_connections
                 .close_removed(|user| self.metadata.user_exists(user));
+        }
+        if r.client_quotas.is_some() {
+            let (offset, quotas) = self.metadata.client_quotas();
+            self.client_quotas.apply_dynamic(offset, quotas);
         }
         self.groups
             .sync_leadership(&self.metadata.partition_ids(OFFSETS_TOPIC));
@@ -762,6 +804,7 @@ fn forwarded_mark(body: &mut pb::request::Body) -> Option<&mut bool> {
         Body::AlterTopic(r) => Some(&mut r.forwarded),
         Body::DeleteTopics(r) => Some(&mut r.forwarded),
         Body::AlterUserScramCredentials(r) => Some(&mut r.forwarded),
+        Body::AlterClientQuotas(r) => Some(&mut r.forwarded),
         Body::CreateAcls(r) => Some(&mut r.forwarded),
         Body::DeleteAcls(r) => Some(&mut r.forwarded),
         Body::AlterReassignments(r) => Some(&mut r.forwarded),
@@ -1241,6 +1284,7 @@ mod tests {
             Body::AlterTopic(Default::default()),
             Body::DeleteTopics(Default::default()),
             Body::AlterUserScramCredentials(Default::default()),
+            Body::AlterClientQuotas(Default::default()),
             Body::CreateAcls(Default::default()),
             Body::DeleteAcls(Default::default()),
             Body::AlterReassignments(Default::default()),

@@ -39,7 +39,7 @@
 //! - `auth`: broker authentication (SCRAM between brokers) and who may use the
 //!   internal APIs.
 //! - [`metrics`]: Prometheus metrics (served by `front::http`).
-//! - `client_quota`: client byte-rate quotas (the rules are
+//! - `client_quota`: client quotas, byte rates and request time (the rules are
 //!   `syncline_replication::client_quota`), charged as requests are answered.
 //! - `names`: a request's repeated names collapsed, before anything else
 //!   reads them.

@@ -382,7 +382,8 @@ impl BrokerMetrics {
     }
 }
 
-/// A client quota entity's series: the kind of quota (`produce`, `fetch`)
+/// A client quota entity's series: the kind of quota (`produce`, `fetch`,
+/// `request`)
 /// and the user and client id its rate is kept for (empty when the quota
 /// that applies does not name that side).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -402,6 +403,8 @@ pub(crate) struct ClientQuotaMetrics {
     registry: Registry,
     throttle_time_ms: Family<QuotaLabel, Counter>,
     throttled_responses: Family<QuotaLabel, Counter>,
+    byte_rate: Family<QuotaLabel, Gauge<f64, AtomicU64>>,
+    request_time_percent: Family<QuotaLabel, Gauge<f64, AtomicU64>>,
 }
 
 impl ClientQuotaMetrics {
@@ -421,10 +424,28 @@ impl ClientQuotaMetrics {
             "Responses that throttled their client for going over its byte-rate quota",
             Family::default(),
         );
+        let byte_rate = registered(
+            &mut registry,
+            "client_quota_byte_rate",
+            "Bytes a second an entity with a byte-rate quota produced (quota=produce) or \
+             fetched as a consumer (quota=fetch), over the quota window, as of its last \
+             request; series only for entities measured, until idle for the whole window",
+            Family::default(),
+        );
+        let request_time_percent = registered(
+            &mut registry,
+            "client_quota_request_time_percent",
+            "Percent of one thread an entity with a request quota took handling its requests, \
+             over the quota window, as of its last request; series only for entities \
+             measured, until idle for the whole window",
+            Family::default(),
+        );
         ClientQuotaMetrics {
             registry,
             throttle_time_ms,
             throttled_responses,
+            byte_rate,
+            request_time_percent,
         }
     }
 
@@ -434,10 +455,23 @@ impl ClientQuotaMetrics {
         self.throttled_responses.get_or_create(label).inc();
     }
 
+    /// `label`'s rate is now `bytes_per_second` (produce, fetch) or
+    /// `percent` of a thread (request).
+    pub(crate) fn rate(&self, label: &QuotaLabel, value: f64) {
+        let family = if label.quota == "request" {
+            &self.request_time_percent
+        } else {
+            &self.byte_rate
+        };
+        family.get_or_create(label).set(value);
+    }
+
     /// `label`'s rate was forgotten: its series go.
     pub(crate) fn forget(&self, label: &QuotaLabel) {
         self.throttle_time_ms.remove(label);
         self.throttled_responses.remove(label);
+        self.byte_rate.remove(label);
+        self.request_time_percent.remove(label);
     }
 }
 

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::Principal;
-use crate::client_quota::QuotaCharge;
+use crate::client_quota::{QuotaCharge, RequestTimeCharge};
 use crate::config::SecurityProtocol;
 use crate::metrics::ApiMetrics;
 use crate::send::{FetchRegions, Outgoing};
@@ -302,6 +302,9 @@ pub(crate) struct Responder {
     patch: Option<PatchSlot>,
     /// The client quota its bytes are charged to, settled as it is answered.
     quota: Option<QuotaCharge>,
+    /// The client quota its handling time is charged to, settled as it is
+    /// answered.
+    request_quota: Option<RequestTimeCharge>,
 }
 
 /// Where a response goes.
@@ -363,6 +366,7 @@ impl Responder {
             reserved,
             patch: None,
             quota: None,
+            request_quota: None,
         }
     }
 
@@ -388,6 +392,7 @@ impl Responder {
             reserved,
             patch: None,
             quota: None,
+            request_quota: None,
         }
     }
 
@@ -422,6 +427,7 @@ impl Responder {
             reserved: None,
             patch: None,
             quota: None,
+            request_quota: None,
         };
         (responder, rx)
     }
@@ -436,6 +442,16 @@ impl Responder {
         self.quota = quota;
     }
 
+    /// Charges the request's handling time to `quota` (`None`: to no quota).
+    pub(crate) fn set_request_quota(&mut self, quota: Option<RequestTimeCharge>) {
+        self.request_quota = quota;
+    }
+
+    /// Whether the answer settles a quota charge.
+    fn charged(&self) -> bool {
+        self.quota.is_some() || self.request_quota.is_some()
+    }
+
     /// Adds `bytes` to what the request is charged, if it is charged.
     pub(crate) fn charge_quota(&mut self, bytes: usize) {
         if let Some(q) = &mut self.quota {
@@ -447,16 +463,26 @@ impl Responder {
     /// records): the answer's `throttle_time_ms`, and the connection muted
     /// that long, if its client went over; and whether a fetch answer's
     /// records are withheld.
+    ///
+    /// A request over both its byte-rate and its request quota is throttled
+    /// for the longer of the two (as Kafka's answers carry the larger).
     fn settle_quota(&mut self, bytes: u64) -> (i32, bool) {
-        let Some(mut charge) = self.quota.take() else {
-            return (0, false);
+        let settled = match self.quota.take() {
+            Some(mut charge) => {
+                charge.add(bytes);
+                charge.settle()
+            }
+            None => Default::default(),
         };
-        charge.add(bytes);
-        let settled = charge.settle();
-        if !settled.throttle.is_zero() {
-            self.conn.throttle(settled.throttle);
+        let request_throttle = self
+            .request_quota
+            .take()
+            .map_or(std::time::Duration::ZERO, RequestTimeCharge::settle);
+        let throttle = settled.throttle.max(request_throttle);
+        if !throttle.is_zero() {
+            self.conn.throttle(throttle);
         }
-        let ms = settled.throttle.as_millis().min(i32::MAX as u128) as i32;
+        let ms = throttle.as_millis().min(i32::MAX as u128) as i32;
         (ms, settled.withhold_records)
     }
 
@@ -465,7 +491,7 @@ impl Responder {
         if let Some(PatchSlot(patch)) = self.patch.take() {
             patch(&mut body);
         }
-        if self.quota.is_some() {
+        if self.charged() {
             let bytes = match &body {
                 pb::response::Body::Fetch(f) => record_bytes(f),
                 _ => 0,
@@ -569,7 +595,7 @@ impl Responder {
         response: &mut pb::FetchResponse,
         regions: &mut FetchRegions,
     ) -> bool {
-        if self.quota.is_none() {
+        if !self.charged() {
             return true;
         }
         let bytes = record_bytes(response) + regions.bytes();

@@ -56,6 +56,10 @@ pub(crate) enum Command {
     /// ACLs, with Kafka's kafka-acls flags: add, remove, list.
     #[command(subcommand)]
     Acl(crate::acl::AclCommand),
+    /// Client quotas (byte rates, request percentage) of users and client
+    /// ids: set, delete, describe.
+    #[command(subcommand)]
+    Quota(crate::quota::QuotaCommand),
     /// Create a CA and certificates for a local cluster's TLS (offline).
     #[command(subcommand)]
     Cert(crate::cert::CertCommand),

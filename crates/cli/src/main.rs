@@ -15,6 +15,7 @@ mod metrics;
 mod output;
 mod perf;
 mod produce;
+mod quota;
 mod reassign;
 mod security;
 mod topic;
@@ -80,5 +81,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cert(command) => cert::run(command),
         Command::User(command) => user::run(command, security::client_config(bootstrap)).await,
         Command::Acl(command) => acl::run(command, security::client_config(bootstrap)).await,
+        Command::Quota(command) => quota::run(command, security::client_config(bootstrap)).await,
     }
 }

@@ -756,6 +756,16 @@ impl UserScramCredentialAlteration {
     }
 }
 
+/// The outcome of one entry of [`Admin::alter_client_quotas`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientQuotaAlterationResult {
+    /// `None`: every change to the entity was made (or, validating only,
+    /// would be). Otherwise none was: `InvalidRequest`, with why.
+    pub error: Option<ErrorCode>,
+    /// Why, for an error.
+    pub message: String,
+}
+
 /// The outcome of altering one user's credentials.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserAlterationResult {
@@ -968,6 +978,54 @@ impl Admin {
                 deleted: acls_of(&f.deleted),
             })
             .collect())
+    }
+
+    /// Sets and removes client quotas (Kafka's AlterClientQuotas). Any broker
+    /// answers (it asks the active controller); one result per entry, in
+    /// order. `validate_only`: checked, not made.
+    pub async fn alter_client_quotas(
+        &self,
+        entries: Vec<pb::ClientQuotaAlteration>,
+        validate_only: bool,
+    ) -> Result<Vec<ClientQuotaAlterationResult>, ClientError> {
+        let request = pb::AlterClientQuotasRequest {
+            entries,
+            validate_only,
+            forwarded: false,
+        };
+        let body = self
+            .cluster
+            .send_any(pb::request::Body::AlterClientQuotas(request))
+            .await?;
+        let r = expect_body!(body, AlterClientQuotas)?;
+        request_result(r.error_code, &r.error_message)?;
+        Ok(r.results
+            .into_iter()
+            .map(|e| ClientQuotaAlterationResult {
+                error: error_of(e.error_code),
+                message: e.error_message,
+            })
+            .collect())
+    }
+
+    /// The client quotas of the entities `components` match (Kafka's
+    /// DescribeClientQuotas; `strict`: only entities with no other entity
+    /// type), as the answering broker knows them; no component and not
+    /// strict lists them all.
+    pub async fn describe_client_quotas(
+        &self,
+        components: Vec<pb::ClientQuotaFilterComponent>,
+        strict: bool,
+    ) -> Result<Vec<pb::ClientQuotaEntry>, ClientError> {
+        let body = self
+            .cluster
+            .send_any(pb::request::Body::DescribeClientQuotas(
+                pb::DescribeClientQuotasRequest { components, strict },
+            ))
+            .await?;
+        let r = expect_body!(body, DescribeClientQuotas)?;
+        request_result(r.error_code, &r.error_message)?;
+        Ok(r.entries)
     }
 
     /// The ACLs `filter` matches (Kafka's DescribeAcls), as the answering

@@ -106,10 +106,10 @@ mod testing;
 
 pub use admin::{
     AclCreationResult, AclDeletionResult, Admin, AlteredTopic, BrokerDescription, BrokerLoad,
-    ClusterDescription, CreatedTopic, DeletedTopic, ElectionResult, LeaderView, NewTopic,
-    PartitionDescription, QuorumDescription, QuorumVoter, Reassignment, ReassignmentResult,
-    ReplicaStatus, ScramCredentialInfo, TopicAlteration, TopicDescription, UserAlterationResult,
-    UserScramCredentialAlteration, UserScramCredentials,
+    ClientQuotaAlterationResult, ClusterDescription, CreatedTopic, DeletedTopic, ElectionResult,
+    LeaderView, NewTopic, PartitionDescription, QuorumDescription, QuorumVoter, Reassignment,
+    ReassignmentResult, ReplicaStatus, ScramCredentialInfo, TopicAlteration, TopicDescription,
+    UserAlterationResult, UserScramCredentialAlteration, UserScramCredentials,
 };
 pub use config::{
     Acks, AutoOffsetReset, ClientConfig, ConsumerConfig, Password, ProducerConfig, SaslMechanism,

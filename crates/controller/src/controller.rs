@@ -4,6 +4,7 @@
 mod alter_partition;
 mod alter_topic;
 mod brokers;
+mod client_quotas;
 mod delete_topics;
 mod elect_leaders;
 mod producer_ids;

@@ -17,6 +17,7 @@ use syncline_proto::NO_LEADER;
 
 use syncline_proto::TopicPartition;
 
+use crate::client_quotas::{self, ClientQuotaEntity, ClientQuotaMap, QuotaKey, QuotaValues};
 use crate::controller::check_credential;
 
 /// A registered broker as the metadata log describes it.
@@ -257,6 +258,10 @@ pub enum ApplyError {
     /// credential or ACL removed that is not there, an ACL added twice.
     #[error("invalid user or ACL record: {0}")]
     InvalidSecurityRecord(String),
+    /// A client quota record that cannot be applied: an invalid entity, key or
+    /// value, or a quota removed that is not there.
+    #[error("invalid client quota record: {0}")]
+    InvalidClientQuota(String),
     /// A `PartitionRecord` that cannot be applied.
     #[error("invalid record for partition {partition}: {reason}")]
     InvalidPartition {
@@ -295,6 +300,8 @@ pub struct MetadataImage {
     /// A user credential was ever set or removed: the bootstrap users are not
     /// added again.
     users_initialized: bool,
+    /// Client quotas by entity; an entity without a quota is not kept.
+    client_quotas: ClientQuotaMap,
 }
 
 impl Default for MetadataImage {
@@ -317,6 +324,7 @@ impl MetadataImage {
             credentials: BTreeMap::new(),
             acls: BTreeSet::new(),
             users_initialized: false,
+            client_quotas: ClientQuotaMap::new(),
         }
     }
 
@@ -348,6 +356,7 @@ impl MetadataImage {
             Record::RemoveUserScramCredential(r) => self.apply_remove_user_scram_credential(r)?,
             Record::Acl(r) => self.apply_acl(r)?,
             Record::RemoveAcl(r) => self.apply_remove_acl(r)?,
+            Record::ClientQuota(r) => self.apply_client_quota(r)?,
         }
         self.last_applied_offset = offset;
         debug_assert_eq!(self.check_invariants(), Ok(()));
@@ -515,6 +524,42 @@ impl MetadataImage {
             return Err(invalid_security(format!("no such ACL to remove: {acl}")));
         }
         Ok(())
+    }
+
+    fn apply_client_quota(&mut self, r: &pb::ClientQuotaRecord) -> Result<(), ApplyError> {
+        let invalid = ApplyError::InvalidClientQuota;
+        let entity = ClientQuotaEntity::from_pb(&r.entity).map_err(invalid)?;
+        if r.remove {
+            let key = QuotaKey::from_name(&r.key).map_err(invalid)?;
+            let values = self.client_quotas.get_mut(&entity);
+            if values.and_then(|v| v.set(key, None)).is_none() {
+                return Err(invalid(format!("{entity} has no {} to remove", r.key)));
+            }
+            if self
+                .client_quotas
+                .get(&entity)
+                .is_some_and(QuotaValues::is_empty)
+            {
+                self.client_quotas.remove(&entity);
+            }
+        } else {
+            let key = QuotaKey::check(&r.key, r.value).map_err(invalid)?;
+            self.client_quotas
+                .entry(entity)
+                .or_default()
+                .set(key, Some(r.value));
+        }
+        Ok(())
+    }
+
+    /// Every client quota, by entity.
+    pub fn client_quotas(&self) -> &ClientQuotaMap {
+        &self.client_quotas
+    }
+
+    /// Every client quota, as `LeaderAndIsr` announces them.
+    pub fn client_quota_image(&self) -> pb::ClientQuotaImage {
+        client_quotas::image_to_pb(&self.client_quotas)
     }
 
     /// A user's credential for one mechanism.
@@ -690,6 +735,18 @@ impl MetadataImage {
                 "user credentials exist, but users are not marked initialized".to_string(),
             ));
         }
+        for (entity, values) in &self.client_quotas {
+            if values.is_empty() {
+                return Err(InvariantViolation(format!(
+                    "{entity} is kept without a quota"
+                )));
+            }
+            for (key, value) in values.iter() {
+                if let Err(why) = QuotaKey::check(key.name(), value) {
+                    return Err(InvariantViolation(format!("{entity}: {why}")));
+                }
+            }
+        }
         for b in self.brokers.values() {
             if b.epoch > self.last_applied_offset {
                 return Err(InvariantViolation(format!(
@@ -712,6 +769,7 @@ impl MetadataImage {
             next_producer_id: self.next_producer_id,
             security: Some(self.security_image()),
             users_initialized: self.users_initialized,
+            client_quotas: Some(self.client_quota_image()),
             brokers: self
                 .brokers
                 .values()
@@ -851,6 +909,11 @@ impl MetadataImage {
                 }
             }
         }
+        let client_quotas = match &snapshot.client_quotas {
+            Some(q) => client_quotas::image_from_pb(q)
+                .map_err(|why| InvalidSnapshot(format!("client quotas: {why}")))?,
+            None => ClientQuotaMap::new(),
+        };
         let image = MetadataImage {
             controller_id: snapshot.controller_id,
             controller_epoch: snapshot.controller_epoch,
@@ -862,6 +925,7 @@ impl MetadataImage {
             credentials,
             acls,
             users_initialized: snapshot.users_initialized,
+            client_quotas,
         };
         image.check_invariants().map_err(|v| InvalidSnapshot(v.0))?;
         Ok(image)

@@ -3,7 +3,7 @@
 //! what goes into it.
 //!
 //! - [`MetadataImage`] (`image`): brokers, topics, partitions, controller epoch, user
-//!   credentials and ACLs, as replaying the log produces them. [`MetadataImage::apply`] is the only mutation.
+//!   credentials, ACLs and client quotas, as replaying the log produces them. [`MetadataImage::apply`] is the only mutation.
 //! - [`Controller`] (`controller/`): decides. Each operation (registration,
 //!   heartbeat, tick, CreateTopics, AlterPartition) looks at the image and returns a
 //!   [`ControllerResult`]: a response plus the records that make it true, *not yet
@@ -11,7 +11,8 @@
 //! - `election`: the one leadership/ISR rule every change follows; `draft`: a change
 //!   set in progress; `placement`: replica assignment for new topics;
 //!   `scram_bootstrap`: the `scram_bootstrap_file` format ([`parse_scram_bootstrap`],
-//!   [`scram_bootstrap_line`]).
+//!   [`scram_bootstrap_line`]); [`client_quotas`]: which client quota entities, keys
+//!   and values are valid, and which entities a DescribeClientQuotas filter selects.
 //! - [`Quorum`] (`quorum/`): the metadata log itself, a Raft log (openraft) replicated
 //!   among the voters; the only I/O here. Sockets, the event loop and `LeaderAndIsr`
 //!   pushes live in the broker crate, which carries the voters' messages through a
@@ -193,6 +194,7 @@
 #![warn(missing_docs)]
 
 mod auto_create;
+pub mod client_quotas;
 mod config;
 mod controller;
 mod draft;
@@ -223,6 +225,7 @@ pub use quorum::{
     ProposeError, Quorum, QuorumConfig, QuorumError, QuorumStatus, QuorumTransport, VoterStatus,
 };
 pub use records::{
-    changed_brokers, changed_partitions, changed_topic_configs, deleted_topics, security_changed,
+    changed_brokers, changed_partitions, changed_topic_configs, client_quotas_changed,
+    deleted_topics, security_changed,
 };
 pub use scram_bootstrap::{parse_scram_bootstrap, scram_bootstrap_line, ScramBootstrapError};

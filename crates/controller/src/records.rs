@@ -197,3 +197,25 @@ pub(crate) fn remove_acl_record(acl: &syncline_auth::acl::AclBinding) -> pb::Met
         acl: Some(acl.to_pb()),
     }))
 }
+
+/// Whether a list of records sets or removes a client quota: the brokers need
+/// the whole quota image again (`LeaderAndIsr.client_quotas`).
+pub fn client_quotas_changed(records: &[pb::MetadataRecord]) -> bool {
+    records
+        .iter()
+        .any(|r| matches!(r.record, Some(Record::ClientQuota(_))))
+}
+
+/// `entity`'s `key` set to `value`, or removed (`None`).
+pub(crate) fn client_quota_record(
+    entity: &crate::client_quotas::ClientQuotaEntity,
+    key: crate::client_quotas::QuotaKey,
+    value: Option<f64>,
+) -> pb::MetadataRecord {
+    record(Record::ClientQuota(pb::ClientQuotaRecord {
+        entity: entity.to_pb(),
+        key: key.name().to_owned(),
+        value: value.unwrap_or(0.0),
+        remove: value.is_none(),
+    }))
+}

@@ -10,6 +10,7 @@ pub mod client;
 pub mod faults;
 pub mod inprocess;
 pub mod kcat;
+pub mod quotas;
 pub mod security;
 
 use std::net::TcpListener;

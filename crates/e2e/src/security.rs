@@ -140,8 +140,13 @@ impl Security {
 
     /// A connection to `addr` authenticated as the admin.
     pub async fn connect(&self, addr: &str) -> anyhow::Result<Connection> {
+        self.connect_as(addr, "e2e").await
+    }
+
+    /// As [`connect`](Self::connect), with `client_id`.
+    pub async fn connect_as(&self, addr: &str, client_id: &str) -> anyhow::Result<Connection> {
         let mut config = ClientConfig::new(addr);
-        config.client_id = "e2e".into();
+        config.client_id = client_id.into();
         self.apply(&mut config);
         Ok(Connector::new(&config)?.connect(addr).await?)
     }
@@ -180,7 +185,7 @@ pub async fn connect(
     timeout: std::time::Duration,
 ) -> anyhow::Result<Connection> {
     match active() {
-        Some(s) => Ok(tokio::time::timeout(timeout, s.connect(addr)).await??),
+        Some(s) => Ok(tokio::time::timeout(timeout, s.connect_as(addr, client_id)).await??),
         None => Ok(Connection::connect(addr, client_id, timeout).await?),
     }
 }

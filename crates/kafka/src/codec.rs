@@ -4,14 +4,14 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    AlterUserScramCredentialsRequest, ApiKey, ApiVersionsRequest, ApiVersionsResponse,
-    CreateAclsRequest, CreateTopicsRequest, DeleteAclsRequest, DeleteTopicsRequest,
-    DescribeAclsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest,
-    DescribeUserScramCredentialsRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
-    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
-    ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest,
-    OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader, ResponseHeader,
-    SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
+    AlterClientQuotasRequest, AlterUserScramCredentialsRequest, ApiKey, ApiVersionsRequest,
+    ApiVersionsResponse, CreateAclsRequest, CreateTopicsRequest, DeleteAclsRequest,
+    DeleteTopicsRequest, DescribeAclsRequest, DescribeClientQuotasRequest, DescribeClusterRequest,
+    DescribeConfigsRequest, DescribeGroupsRequest, DescribeUserScramCredentialsRequest,
+    FetchRequest, FindCoordinatorRequest, HeartbeatRequest, InitProducerIdRequest,
+    JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest,
+    OffsetCommitRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest,
+    RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -61,6 +61,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteAcls, 1, 2),
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
+    // Client quotas (Kafka 3.0's versions).
+    (ApiKey::DescribeClientQuotas, 0, 1),
+    (ApiKey::AlterClientQuotas, 0, 1),
 ];
 
 /// The versions of Produce this listener decodes (see [`SUPPORTED`]).
@@ -96,6 +99,8 @@ pub enum KafkaRequest {
     DeleteAcls(DeleteAclsRequest),
     DescribeUserScramCredentials(DescribeUserScramCredentialsRequest),
     AlterUserScramCredentials(AlterUserScramCredentialsRequest),
+    DescribeClientQuotas(DescribeClientQuotasRequest),
+    AlterClientQuotas(AlterClientQuotasRequest),
 }
 
 /// A request frame, decoded.
@@ -236,6 +241,12 @@ pub fn decode(frame: Bytes) -> Result<Decoded, Refused> {
         ),
         ApiKey::AlterUserScramCredentials => KafkaRequest::AlterUserScramCredentials(
             AlterUserScramCredentialsRequest::decode(&mut buf, version).map_err(bad)?,
+        ),
+        ApiKey::DescribeClientQuotas => KafkaRequest::DescribeClientQuotas(
+            DescribeClientQuotasRequest::decode(&mut buf, version).map_err(bad)?,
+        ),
+        ApiKey::AlterClientQuotas => KafkaRequest::AlterClientQuotas(
+            AlterClientQuotasRequest::decode(&mut buf, version).map_err(bad)?,
         ),
         other => return Err(Refused::Close(format!("{other:?} is not served"))),
     };

@@ -12,6 +12,7 @@
 mod admin;
 pub mod codec;
 mod groups;
+mod quotas;
 mod security;
 pub mod translate;
 

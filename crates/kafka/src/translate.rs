@@ -34,7 +34,7 @@ use syncline_proto::pb;
 use syncline_proto::pb::response::Body as Resp;
 
 use super::codec::{api_versions, encode_response, Decoded, KafkaRequest};
-use super::{admin, groups, security};
+use super::{admin, groups, quotas, security};
 
 /// Turns the syncline response into the Kafka response frame.
 pub type Reply = Box<dyn FnOnce(Resp) -> Bytes + Send>;
@@ -149,6 +149,8 @@ pub fn route(d: Decoded) -> Route {
         KafkaRequest::AlterUserScramCredentials(r) => {
             security::alter_user_scram_credentials(r, version, cid)
         }
+        KafkaRequest::DescribeClientQuotas(r) => quotas::describe_client_quotas(r, version, cid),
+        KafkaRequest::AlterClientQuotas(r) => quotas::alter_client_quotas(r, version, cid),
     }
 }
 

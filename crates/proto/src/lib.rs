@@ -155,11 +155,13 @@ pub fn api_name(body: &pb::request::Body) -> &'static str {
         Body::CreateAcls(_) => "CreateAcls",
         Body::DeleteAcls(_) => "DeleteAcls",
         Body::DescribeAcls(_) => "DescribeAcls",
+        Body::DescribeClientQuotas(_) => "DescribeClientQuotas",
+        Body::AlterClientQuotas(_) => "AlterClientQuotas",
     }
 }
 
 /// Every API name, in key order (for pre-registering metrics).
-pub const API_NAMES: [&str; 37] = [
+pub const API_NAMES: [&str; 39] = [
     "Produce",
     "Fetch",
     "ListOffsets",
@@ -197,4 +199,6 @@ pub const API_NAMES: [&str; 37] = [
     "CreateAcls",
     "DeleteAcls",
     "DescribeAcls",
+    "DescribeClientQuotas",
+    "AlterClientQuotas",
 ];

@@ -30,7 +30,7 @@
 //! `throttle_time_ms`; the windowed rate and its formula are what Kafka's
 //! clients and operators know.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// The window a rate is measured over: `samples` windows of `sample_ms`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,6 +172,22 @@ pub fn throttle_ms(observed_rate: f64, quota: u64, window_ms: u64, cap_ms: u64) 
     }
     let ms = ((observed_rate - quota) / quota * window_ms as f64).round();
     (ms as u64).min(cap_ms)
+}
+
+/// The bound a `request_percentage` quota (KIP-124) puts on a rate of
+/// request handling time, in microseconds of handling a second:
+/// `percentage` of one thread is `percentage / 100` seconds a second, so a
+/// client may take `percentage / 100 × window` of handling time over the
+/// window (10 % over Kafka's 11 s window: 1.1 s). Charging each request's
+/// handling time in microseconds to a [`ClientQuotas`] with this bound
+/// throttles by the same formula as the byte rates. At least 1.
+#[must_use]
+pub fn request_time_quota(percentage: f64) -> u64 {
+    let micros_per_second = percentage / 100.0 * 1_000_000.0;
+    if micros_per_second.is_nan() || micros_per_second < 1.0 {
+        return 1;
+    }
+    micros_per_second.round() as u64
 }
 
 /// One side of a quota entity: absent, Kafka's `<default>`, or a name.
@@ -317,7 +333,11 @@ pub struct Charge {
 pub struct ClientQuotas {
     window: QuotaWindow,
     entries: QuotaEntries,
-    rates: HashMap<MetricTags, SampledRate>,
+    /// A BTreeMap, not a HashMap: each HashMap draws hash keys from the
+    /// thread's sequence, and one more at a broker's start changes the
+    /// iteration order of every HashMap made after it, so the simulation's
+    /// seeds would run other schedules.
+    rates: BTreeMap<MetricTags, SampledRate>,
     swept_at_ms: u64,
 }
 
@@ -328,9 +348,16 @@ impl ClientQuotas {
         ClientQuotas {
             window,
             entries,
-            rates: HashMap::new(),
+            rates: BTreeMap::new(),
             swept_at_ms: 0,
         }
+    }
+
+    /// Replaces the configured quotas (the cluster's changed); the rates
+    /// measured so far are kept, and those no quota applies to any more are
+    /// forgotten once idle, as any other.
+    pub fn set_entries(&mut self, entries: QuotaEntries) {
+        self.entries = entries;
     }
 
     /// Whether any quota is configured (else nothing need be charged).
@@ -360,6 +387,15 @@ impl ClientQuotas {
             tags: Some(tags),
             expired,
         }
+    }
+
+    /// The rate of `tags` at `now_ms` (units a second; zero for an entity
+    /// not measured): what the per-entity metrics show.
+    pub fn rate(&mut self, tags: &MetricTags, now_ms: u64) -> f64 {
+        let w = self.window;
+        self.rates
+            .get_mut(tags)
+            .map_or(0.0, |rate| rate.measure(&w, now_ms))
     }
 
     /// Takes back `bytes` just charged to `tags` at `now_ms`: a consumer's
@@ -605,7 +641,13 @@ mod tests {
         assert_eq!(first.throttle_ms, 0);
         let over = q.record("", "c", 5_000, 0);
         assert_eq!(over.throttle_ms, 4000, "14,000 bytes over 10 s");
-        q.unrecord(&over.tags.unwrap(), 5_000, 0);
+        let tags = over.tags.unwrap();
+        assert!((q.rate(&tags, 0) - 1400.0).abs() < 1e-9);
+        q.unrecord(&tags, 5_000, 0);
+        assert!(
+            (q.rate(&tags, 0) - 900.0).abs() < 1e-9,
+            "the rate without them"
+        );
         // As if the 5,000 bytes never went: 9,500 bytes, within the quota.
         assert_eq!(q.record("", "c", 500, 0).throttle_ms, 0);
     }
@@ -617,6 +659,30 @@ mod tests {
         let c = q.record("", "c", u64::MAX / 2, 0);
         assert_eq!((c.throttle_ms, c.tags), (0, None));
         assert_eq!(q.tracked(), 0);
+    }
+
+    /// Kafka's ClientRequestQuotaManagerTest semantics: a 10 % request quota
+    /// over the (padded) ten seconds lets a client take one second of handling
+    /// time; past it, the throttle is the byte rates' formula on time.
+    #[test]
+    fn a_request_percentage_bounds_handling_time_over_the_window() {
+        assert_eq!(request_time_quota(10.0), 100_000);
+        assert_eq!(
+            request_time_quota(0.0001),
+            1,
+            "at least a microsecond a second"
+        );
+        assert_eq!(request_time_quota(200.0), 2_000_000, "two threads' worth");
+        let mut entries = QuotaEntries::default();
+        entries.set(
+            QuotaEntity::default_client_id(),
+            Some(request_time_quota(10.0)),
+        );
+        let mut q = ClientQuotas::new(W, entries);
+        // One second of handling in the first ten: exactly the quota.
+        assert_eq!(q.record("", "c", 1_000_000, 0).throttle_ms, 0);
+        // 100 ms more: 1.1 s over 10 s is 11 %, one tenth over: 1 s.
+        assert_eq!(q.record("", "c", 100_000, 0).throttle_ms, 1000);
     }
 
     /// As Kafka's testExpireQuotaSensors (Kafka expires sensors idle for an

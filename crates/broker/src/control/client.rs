@@ -212,6 +212,7 @@ fn refused_as_not_controller(response: &pb::response::Body) -> bool {
         Resp::AlterReassignments(r) => r.error_code,
         Resp::DeleteTopics(r) => r.error_code,
         Resp::AlterUserScramCredentials(r) => r.error_code,
+        Resp::AlterClientQuotas(r) => r.error_code,
         Resp::CreateAcls(r) => r.error_code,
         Resp::DeleteAcls(r) => r.error_code,
         Resp::AllocateProducerIds(r) => r.error_code,

@@ -32,9 +32,9 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use syncline_client::Connection;
 use syncline_controller::{
-    changed_brokers, changed_partitions, changed_topic_configs, deleted_topics,
-    parse_scram_bootstrap, security_changed, Controller, ControllerConfig, ControllerResult,
-    ProposeError, Quorum, QuorumConfig, QuorumStatus, QuorumTransport,
+    changed_brokers, changed_partitions, changed_topic_configs, client_quotas_changed,
+    deleted_topics, parse_scram_bootstrap, security_changed, Controller, ControllerConfig,
+    ControllerResult, ProposeError, Quorum, QuorumConfig, QuorumStatus, QuorumTransport,
 };
 use syncline_proto::{pb, ErrorCode};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
@@ -616,6 +616,10 @@ impl Host {
                 let r = c.alter_user_scram_credentials(&req);
                 Resp::AlterUserScramCredentials(self.commit(c, r).await?)
             }
+            Req::AlterClientQuotas(req) => {
+                let r = c.alter_client_quotas(&req);
+                Resp::AlterClientQuotas(self.commit(c, r).await?)
+            }
             Req::CreateAcls(req) => {
                 let r = c.create_acls(&req);
                 Resp::CreateAcls(self.commit(c, r).await?)
@@ -691,6 +695,8 @@ impl Host {
         let deleted = deleted_topics(records);
         // Users and ACLs go whole, whenever one changed.
         let security = security_changed(records).then(|| c.image().security_image());
+        // So do client quotas.
+        let client_quotas = client_quotas_changed(records).then(|| c.image().client_quota_image());
         let topics: BTreeSet<&str> = partitions
             .iter()
             .map(|tp| &*tp.topic)
@@ -727,6 +733,7 @@ impl Host {
             && topic_states.is_empty()
             && deleted.is_empty()
             && security.is_none()
+            && client_quotas.is_none()
         {
             return;
         }
@@ -748,6 +755,7 @@ impl Host {
                 brokers: broker_infos.clone(),
                 deleted_topics: deleted.clone(),
                 security: security.clone(),
+                client_quotas: client_quotas.clone(),
             });
         }
     }
@@ -843,6 +851,7 @@ fn full_request(c: &Controller, broker_id: i32) -> pb::LeaderAndIsrRequest {
         brokers: image.broker_infos(),
         deleted_topics: Vec::new(),
         security: Some(image.security_image()),
+        client_quotas: Some(image.client_quota_image()),
     }
 }
 
@@ -1152,5 +1161,42 @@ mod tests {
         let security = full.security.expect("the security image");
         assert_eq!(security, c.image().security_image());
         assert_eq!(security.credentials[0].name, "alice");
+    }
+
+    #[test]
+    fn full_requests_carry_every_client_quota() {
+        let mut c = Controller::new(
+            ControllerConfig::new(0, "c"),
+            MetadataImage::new(),
+            Instant::now(),
+        )
+        .unwrap();
+        let start = c.start();
+        c.replay_all(0, &start.records).unwrap();
+        assert!(full_request(&c, 1)
+            .client_quotas
+            .is_some_and(|q| q.entries.is_empty()));
+        let r = c.alter_client_quotas(&pb::AlterClientQuotasRequest {
+            entries: vec![pb::ClientQuotaAlteration {
+                entity: vec![pb::ClientQuotaEntityComponent {
+                    entity_type: "client-id".into(),
+                    entity_name: None,
+                }],
+                ops: vec![pb::ClientQuotaOp {
+                    key: "producer_byte_rate".into(),
+                    value: 1024.0,
+                    remove: false,
+                }],
+            }],
+            validate_only: false,
+            forwarded: false,
+        });
+        assert!(client_quotas_changed(&r.records));
+        assert!(!security_changed(&r.records));
+        let first = c.next_offset();
+        c.replay_all(first, &r.records).unwrap();
+        let quotas = full_request(&c, 1).client_quotas.expect("the quota image");
+        assert_eq!(quotas, c.image().client_quota_image());
+        assert_eq!(quotas.entries.len(), 1);
     }
 }

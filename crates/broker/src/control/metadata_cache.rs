@@ -1,8 +1,8 @@
 //! This broker's copy of the cluster metadata, as the controller last announced it
 //! (LeaderAndIsr carries brokers, topic configs, partition states, and users and
-//! ACLs). Any broker answers Metadata, DescribeTopics, DescribeCluster,
-//! DescribeUserScramCredentials and DescribeAcls from it, and authenticates and
-//! authorizes clients with it.
+//! ACLs, client quotas). Any broker answers Metadata, DescribeTopics,
+//! DescribeCluster, DescribeUserScramCredentials and DescribeAcls from it,
+//! authenticates and authorizes clients with it, and enforces its client quotas.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -10,6 +10,7 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 use syncline_auth::acl::{AclBinding, AclFilter, Acls};
 use syncline_auth::{Mechanism, Verifier};
+use syncline_controller::client_quotas::{self, ClientQuotaMap};
 use syncline_proto::{pb, ErrorCode, NO_LEADER};
 use syncline_replication::announcement::{freshness, Epochs, Freshness};
 use syncline_replication::isr::{self, Registration};
@@ -33,6 +34,17 @@ struct Image {
     brokers: BTreeMap<i32, pb::BrokerInfo>,
     topics: BTreeMap<String, TopicImage>,
     security: Security,
+    client_quotas: ClientQuotas,
+}
+
+/// Client quotas, as the last announcement that carried them had them.
+#[derive(Debug)]
+struct ClientQuotas {
+    /// The metadata offset of that announcement (-1 before any): an older one
+    /// never replaces it.
+    offset: i64,
+    /// Shared: replaced whole, never changed.
+    quotas: Arc<ClientQuotaMap>,
 }
 
 /// Users and ACLs, as the last announcement that carried them had them.
@@ -154,6 +166,10 @@ impl MetadataCache {
                 brokers: BTreeMap::new(),
                 topics: BTreeMap::new(),
                 security: Security::empty(),
+                client_quotas: ClientQuotas {
+                    offset: -1,
+                    quotas: Arc::new(ClientQuotaMap::new()),
+                },
             }),
             changed: Notify::new(),
             update: parking_lot::Mutex::new(()),
@@ -262,6 +278,22 @@ impl MetadataCache {
                 applied.security_changed = !next.same_contents(&image.security);
                 image.security = next;
                 self.security_known.send_replace(true);
+            }
+        }
+        if let Some(quotas) = &req.client_quotas {
+            if req.metadata_offset >= image.client_quotas.offset {
+                match client_quotas::image_from_pb(quotas) {
+                    Ok(quotas) => {
+                        image.client_quotas = ClientQuotas {
+                            offset: req.metadata_offset,
+                            quotas: Arc::new(quotas),
+                        }
+                    }
+                    // No controller announces one: the quotas in force stay.
+                    Err(why) => {
+                        tracing::warn!(%why, "ignored an invalid client quota image")
+                    }
+                }
             }
         }
         if req.full || !req.brokers.is_empty() {
@@ -441,6 +473,16 @@ impl MetadataCache {
             error_message: String::new(),
             results,
         }
+    }
+
+    /// The cluster's client quotas, with the metadata offset they were
+    /// announced at (-1: none yet).
+    pub(crate) fn client_quotas(&self) -> (i64, Arc<ClientQuotaMap>) {
+        let image = self.image.read();
+        (
+            image.client_quotas.offset,
+            image.client_quotas.quotas.clone(),
+        )
     }
 
     /// DescribeAcls: the ACLs the filter selects (every ACL without a filter);
@@ -951,6 +993,43 @@ mod tests {
             security,
             ..req(vec![], false)
         }
+    }
+
+    #[test]
+    fn the_client_quota_image_is_replaced_whole_by_newer_announcements_only() {
+        let image = |client_id: &str, value: f64| pb::ClientQuotaImage {
+            entries: vec![pb::ClientQuotaEntry {
+                entity: vec![pb::ClientQuotaEntityComponent {
+                    entity_type: "client-id".into(),
+                    entity_name: Some(client_id.into()),
+                }],
+                values: vec![pb::ClientQuotaValue {
+                    key: "producer_byte_rate".into(),
+                    value,
+                }],
+            }],
+        };
+        let with = |offset: i64, quotas: Option<pb::ClientQuotaImage>| pb::LeaderAndIsrRequest {
+            metadata_offset: offset,
+            client_quotas: quotas,
+            ..req(vec![], false)
+        };
+        let c = MetadataCache::new("c");
+        assert_eq!(c.client_quotas().0, -1);
+        c.apply(&with(10, Some(image("a", 1024.0))));
+        let names = |c: &MetadataCache| -> Vec<String> {
+            c.client_quotas().1.keys().map(|e| e.to_string()).collect()
+        };
+        assert_eq!(names(&c), vec!["client-id \"a\""]);
+        // Absent: kept; older: ignored; invalid (no controller sends one): ignored.
+        c.apply(&with(11, None));
+        c.apply(&with(9, Some(image("b", 1024.0))));
+        c.apply(&with(12, Some(image("b", -1.0))));
+        assert_eq!(names(&c), vec!["client-id \"a\""]);
+        assert_eq!(c.client_quotas().0, 10);
+        // Newer: replaces the whole set.
+        c.apply(&with(13, Some(image("b", 2048.0))));
+        assert_eq!(names(&c), vec!["client-id \"b\""]);
     }
 
     #[test]

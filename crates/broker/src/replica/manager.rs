@@ -1446,6 +1446,7 @@ mod tests {
             brokers: vec![],
             deleted_topics: vec![],
             security: None,
+            client_quotas: None,
         }
     }
 

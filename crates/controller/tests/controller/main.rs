@@ -3,6 +3,7 @@
 mod alter_partition;
 mod alter_topic;
 mod brokers;
+mod client_quotas;
 mod create_topics;
 mod delete_topics;
 mod elect_leaders;

@@ -42,6 +42,14 @@ enum Op {
     RestartController {
         unclean_default: bool,
     },
+    /// A client quota of user `user` (0: none, 1: the default, else named)
+    /// and client id `client` (likewise) set to `value`, or removed (`None`).
+    Quota {
+        user: u8,
+        client: u8,
+        key: usize,
+        value: Option<u32>,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -56,6 +64,8 @@ fn op() -> impl Strategy<Value = Op> {
         5 => (any::<usize>(), any::<u8>(), prop::bool::weighted(0.8), prop::bool::weighted(0.2), prop::bool::weighted(0.9))
             .prop_map(|(pick, keep, from_leader, stale, epochs_ok)| Op::Alter { pick, keep, from_leader, stale, epochs_ok }),
         1 => any::<bool>().prop_map(|unclean_default| Op::RestartController { unclean_default }),
+        2 => (0..3u8, 0..3u8, 0..3usize, prop::option::of(0..3u32))
+            .prop_map(|(user, client, key, value)| Op::Quota { user, client, key, value }),
     ]
 }
 
@@ -156,6 +166,48 @@ impl Run {
                     resp.is_fenced, fenced,
                     "the answer matches the committed state"
                 );
+            }
+            Op::Quota {
+                user,
+                client,
+                key,
+                value,
+            } => {
+                let side = |entity_type: &str, which: u8| {
+                    (which > 0).then(|| pb::ClientQuotaEntityComponent {
+                        entity_type: entity_type.into(),
+                        entity_name: (which > 1).then(|| format!("{entity_type}-{which}")),
+                    })
+                };
+                let entity: Vec<_> = [side("user", user), side("client-id", client)]
+                    .into_iter()
+                    .flatten()
+                    .collect();
+                let key = [
+                    "producer_byte_rate",
+                    "consumer_byte_rate",
+                    "request_percentage",
+                ][key];
+                // Zero is refused (INVALID_REQUEST, no record), as is an empty entity.
+                let op = pb::ClientQuotaOp {
+                    key: key.into(),
+                    value: f64::from(value.unwrap_or(0)) * 1024.0,
+                    remove: value.is_none(),
+                };
+                let r = self
+                    .cl
+                    .c
+                    .alter_client_quotas(&pb::AlterClientQuotasRequest {
+                        entries: vec![pb::ClientQuotaAlteration {
+                            entity: entity.clone(),
+                            ops: vec![op],
+                        }],
+                        validate_only: false,
+                        forwarded: false,
+                    });
+                let valid = !entity.is_empty() && value != Some(0);
+                let resp = self.commit(r);
+                assert_eq!(resp.results[0].error_code == 0, valid, "{resp:?}");
             }
             Op::Tick { advance_ms } => {
                 self.now_ms += advance_ms;

@@ -34,6 +34,7 @@ mod librdkafka_suite;
 mod limits;
 mod metrics;
 mod quorum;
+mod quotas;
 mod reassign;
 mod security;
 mod suite_scripts;

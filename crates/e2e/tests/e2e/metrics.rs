@@ -683,10 +683,31 @@ async fn dashboard_and_docs_name_only_exported_metrics() {
     // RF 3 on three brokers: every broker leads and follows, so every family has
     // series (per-partition gauges on leaders, fetcher requests on followers).
     // A producer quota of a byte a second, so that one produce is throttled and
-    // the client quota families (exported only with a quota) have series.
+    // the client quota families (exported only with a quota) have series; and
+    // a request quota set while the cluster runs, for the request-time family.
     let cluster = Cluster::start(3, &format!("{CONFIG}quota_producer_default = 1\n")).await;
     create_topic(&cluster, 3, 3);
     let leader = placement(&cluster, 3).await[0].1;
+    let set = cluster.cli(
+        &[
+            "quota",
+            "set",
+            "--default-client-id",
+            "--request-percentage",
+            "100",
+        ],
+        None,
+    );
+    assert!(set.status.success(), "{set:?}");
+    wait_for(
+        "the leader to enforce the request quota",
+        Duration::from_secs(15),
+        || async {
+            let out = cluster.cli_via(leader, &["quota", "describe", "--json"], None);
+            String::from_utf8_lossy(&out.stdout).contains("request_percentage")
+        },
+    )
+    .await;
     let conn = cluster.connect(leader).await.unwrap();
     let r = produce(&conn, TOPIC, 0, 1, &[b"over quota".to_vec()])
         .await

@@ -11,30 +11,11 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use syncline_client::Connection;
 use syncline_e2e::inprocess::*;
-use syncline_proto::batch::BatchBuilder;
+use syncline_e2e::quotas::{measured_rate, produce_until, record_batch, MEASURED, QUOTA, WARM_UP};
 use syncline_proto::pb::response::Body as Resp;
 use tokio::time::Instant;
-
-const QUOTA: u64 = 1 << 20;
-/// Traffic before this is the first windows' burst, not measured. A greedy
-/// client gets through in a burst each time a sample leaves the window
-/// (every 2 s from its first request) and then trickles: the measured span
-/// starts and ends mid-way between bursts, so that it holds four whole
-/// periods however the instants fall (cut through a burst, 8 s would count
-/// one burst too few or too many: 12 % of it).
-const WARM_UP: Duration = Duration::from_millis(5500);
-const MEASURED: Duration = Duration::from_secs(8);
-
-/// One batch of one record of `len` bytes.
-fn record_batch(len: usize) -> Bytes {
-    let value = vec![b'q'; len];
-    let mut b = BatchBuilder::new(1_700_000_000_000);
-    b.push(1_700_000_000_000, None, Some(&value), &[]);
-    b.finish()
-}
 
 async fn connect(cluster: &TestCluster, id: i32, client_id: &str) -> Connection {
     Connection::connect(
@@ -44,17 +25,6 @@ async fn connect(cluster: &TestCluster, id: i32, client_id: &str) -> Connection 
     )
     .await
     .unwrap()
-}
-
-/// Bytes a second over the measured span of `acked` (when each answer came,
-/// its record bytes), and how far that is from the quota.
-fn measured_rate(acked: &[(Duration, u64)]) -> f64 {
-    let bytes: u64 = acked
-        .iter()
-        .filter(|(at, _)| *at >= WARM_UP && *at < WARM_UP + MEASURED)
-        .map(|(_, b)| b)
-        .sum();
-    bytes as f64 / MEASURED.as_secs_f64()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -68,7 +38,6 @@ async fn a_greedy_producer_is_held_to_its_client_ids_quota_and_another_is_not_sl
     let greedy = connect(&cluster, 1, "greedy").await;
     let polite = connect(&cluster, 1, "polite").await;
     let batch = record_batch(64 << 10);
-    let batch_bytes = batch.len() as u64;
     let started = Instant::now();
     let end = started + WARM_UP + MEASURED;
 
@@ -76,43 +45,15 @@ async fn a_greedy_producer_is_held_to_its_client_ids_quota_and_another_is_not_sl
     let polite_task = tokio::spawn({
         let batch = batch.clone();
         async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(250));
-            let (mut answered, mut throttled, mut slowest) = (0, 0, Duration::ZERO);
-            while Instant::now() < end {
-                tick.tick().await;
-                let sent = Instant::now();
-                let resp = polite
-                    .send(produce_request("q", 1, 1, batch.clone()))
-                    .await
-                    .unwrap();
-                let Resp::Produce(r) = resp else {
-                    panic!("unexpected {resp:?}")
-                };
-                assert_eq!(r.topics[0].partitions[0].error_code, 0);
-                answered += 1;
-                throttled += i32::from(r.throttle_time_ms > 0);
-                slowest = slowest.max(sent.elapsed());
-            }
-            (answered, throttled, slowest)
+            let every = Some(Duration::from_millis(250));
+            produce_until(&polite, "q", 1, &batch, every, started, end).await
         }
     });
 
-    let mut acked = Vec::new();
-    let mut most_throttled = 0;
-    while Instant::now() < end {
-        let resp = greedy
-            .send(produce_request("q", 0, 1, batch.clone()))
-            .await
-            .unwrap();
-        let Resp::Produce(r) = resp else {
-            panic!("unexpected {resp:?}")
-        };
-        assert_eq!(r.topics[0].partitions[0].error_code, 0);
-        most_throttled = most_throttled.max(r.throttle_time_ms);
-        acked.push((started.elapsed(), batch_bytes));
-    }
-    let rate = measured_rate(&acked);
-    let (answered, throttled, slowest) = polite_task.await.unwrap();
+    let greedy = produce_until(&greedy, "q", 0, &batch, None, started, end).await;
+    let (rate, most_throttled) = (measured_rate(&greedy.acked), greedy.most_throttled);
+    let polite = polite_task.await.unwrap();
+    let (answered, throttled, slowest) = (polite.acked.len(), polite.throttled, polite.slowest);
     println!(
         "produce quota {QUOTA} B/s: greedy client achieved {rate:.0} B/s ({:.3} of it) over \
          {MEASURED:?} after {WARM_UP:?}, told throttle_time_ms up to {most_throttled}; \
@@ -127,7 +68,7 @@ async fn a_greedy_producer_is_held_to_its_client_ids_quota_and_another_is_not_sl
     assert!(most_throttled > 0, "the greedy client was never told");
     assert_eq!(throttled, 0, "the polite client id was throttled");
     // It produced on its schedule: one answer per tick (the first at once).
-    let ticks = ((WARM_UP + MEASURED).as_millis() / 250) as i32;
+    let ticks = ((WARM_UP + MEASURED).as_millis() / 250) as usize;
     assert!(
         answered >= ticks - 1,
         "{answered} of {ticks} ticks answered"
@@ -270,4 +211,97 @@ async fn an_acks_0_producer_is_held_to_its_quota_by_its_muted_connection() {
         (0.9..=1.1).contains(&ratio),
         "acks=0 producer appended at {rate:.0} B/s against a quota of {QUOTA}"
     );
+}
+
+/// KIP-124: a client id whose `request_percentage` quota the cluster sets is
+/// charged the time the broker spends handling its requests; once over it,
+/// its answer says `throttle_time_ms` and its connection is not read for
+/// that long. Another client id sending the same requests is never
+/// throttled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_over_its_request_quota_is_throttled_and_muted_and_another_is_not() {
+    use syncline_proto::pb;
+    let cluster = TestCluster::start(1, "quota_window_num = 2").await;
+    cluster.create_topic("q", 1, 1, &[]).await;
+    let admin = connect(&cluster, 1, "admin").await;
+    // 0.001 % of a thread: ten microseconds of handling a second, which the
+    // first produce or two go far past, so that the throttle is long (up to
+    // the whole window) against the time an answer takes to reach the client.
+    let set = pb::request::Body::AlterClientQuotas(pb::AlterClientQuotasRequest {
+        entries: vec![pb::ClientQuotaAlteration {
+            entity: vec![pb::ClientQuotaEntityComponent {
+                entity_type: "client-id".into(),
+                entity_name: Some("busy".into()),
+            }],
+            ops: vec![pb::ClientQuotaOp {
+                key: "request_percentage".into(),
+                value: 0.001,
+                remove: false,
+            }],
+        }],
+        validate_only: false,
+        forwarded: false,
+    });
+    let Resp::AlterClientQuotas(r) = admin.send(set).await.unwrap() else {
+        panic!("not an AlterClientQuotas answer")
+    };
+    assert_eq!(r.results[0].error_code, 0, "{r:?}");
+    syncline_e2e::wait_for("the quota to reach the broker", Duration::from_secs(10), || {
+        let admin = &admin;
+        async move {
+            let describe = pb::request::Body::DescribeClientQuotas(Default::default());
+            matches!(admin.send(describe).await, Ok(Resp::DescribeClientQuotas(d)) if d.entries.len() == 1)
+        }
+    })
+    .await;
+
+    let batch = record_batch(1024);
+    let produce_once = |conn: &Connection| {
+        let request = produce_request("q", 0, 1, batch.clone());
+        let conn = conn.clone();
+        async move {
+            let Resp::Produce(r) = conn.send(request).await.unwrap() else {
+                panic!("not a Produce answer")
+            };
+            assert_eq!(r.topics[0].partitions[0].error_code, 0, "{r:?}");
+            r.throttle_time_ms
+        }
+    };
+    let other = connect(&cluster, 1, "other").await;
+    for _ in 0..500 {
+        assert_eq!(
+            produce_once(&other).await,
+            0,
+            "client id other was throttled"
+        );
+    }
+    let busy = connect(&cluster, 1, "busy").await;
+    let mut sent = 0;
+    let throttle = loop {
+        sent += 1;
+        let throttle = produce_once(&busy).await;
+        if throttle >= 100 {
+            break throttle;
+        }
+        assert!(sent < 5000, "5000 produces and never throttled 100 ms");
+    };
+    // Muted: the next request is read only once the throttle has passed.
+    let asked = Instant::now();
+    let _ = produce_once(&busy).await;
+    let waited = asked.elapsed();
+    println!(
+        "request quota 0.001 %: client id busy throttled {throttle} ms after {sent} produces \
+         (client id other: 500 produces, none throttled); its next produce took {waited:?}"
+    );
+    assert!(
+        waited >= Duration::from_millis(throttle as u64 * 9 / 10),
+        "answered after {waited:?} while throttled for {throttle} ms"
+    );
+    let scraped = cluster.broker(1).broker().metrics().encode();
+    let series = "syncline_client_quota_throttle_time_ms_total{quota=\"request\",user=\"\",client_id=\"busy\"}";
+    let counted: f64 = scraped
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in {scraped}"));
+    assert!(counted >= f64::from(throttle), "{series} {counted}");
 }
