@@ -340,6 +340,20 @@ pub(crate) struct Settled {
 mod tests {
     use super::*;
 
+    /// Quotas with these static defaults over Kafka's window.
+    fn quotas_with(
+        producer_default: Option<u64>,
+        consumer_default: Option<u64>,
+    ) -> Arc<ClientQuotas> {
+        let config = ClientQuotaConfig {
+            producer_default,
+            consumer_default,
+            window_num: 11,
+            window_size_seconds: 1,
+        };
+        Arc::new(ClientQuotas::new(&config, Arc::new(BrokerMetrics::new())))
+    }
+
     #[test]
     fn the_quota_user_is_the_principals_name_anonymous_unauthenticated() {
         assert_eq!(quota_user(&Principal::Anonymous), "ANONYMOUS");
@@ -348,13 +362,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_kind_without_a_quota_charges_nothing() {
-        let config = ClientQuotaConfig {
-            producer_default: Some(1000),
-            consumer_default: None,
-            window_num: 11,
-            window_size_seconds: 1,
-        };
-        let quotas = Arc::new(ClientQuotas::new(&config, Arc::new(BrokerMetrics::new())));
+        let quotas = quotas_with(Some(1000), None);
         assert!(quotas
             .charge(QuotaKind::Fetch, &Principal::Anonymous, "c")
             .is_none());
@@ -418,13 +426,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_clusters_quotas_apply_over_the_static_default_and_only_newer_ones_replace_them() {
-        let config = ClientQuotaConfig {
-            producer_default: Some(1000),
-            consumer_default: None,
-            window_num: 11,
-            window_size_seconds: 1,
-        };
-        let quotas = Arc::new(ClientQuotas::new(&config, Arc::new(BrokerMetrics::new())));
+        let quotas = quotas_with(Some(1000), None);
         // The static default: 1000 bytes/s for each client id.
         assert_eq!(throttle_of(&quotas, "a"), Some(Duration::from_secs(10)));
         // The cluster gives client id "b" 4000 bytes/s: within it; "c" is
@@ -493,13 +495,7 @@ mod tests {
     /// idle for the whole window, its series go with it.
     #[tokio::test(start_paused = true)]
     async fn an_entitys_rate_series_lives_while_its_rate_is_remembered() {
-        let config = ClientQuotaConfig {
-            producer_default: Some(1 << 20),
-            consumer_default: None,
-            window_num: 11,
-            window_size_seconds: 1,
-        };
-        let quotas = Arc::new(ClientQuotas::new(&config, Arc::new(BrokerMetrics::new())));
+        let quotas = quotas_with(Some(1 << 20), None);
         let mut request = ClientQuotaMap::new();
         request.insert(
             syncline_controller::client_quotas::ClientQuotaEntity {

@@ -1138,8 +1138,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn full_requests_carry_every_user_and_acl() {
+    /// A controller that replayed its own start.
+    fn started_controller() -> Controller {
         let mut c = Controller::new(
             ControllerConfig::new(0, "c"),
             MetadataImage::new(),
@@ -1148,6 +1148,12 @@ mod tests {
         .unwrap();
         let start = c.start();
         c.replay_all(0, &start.records).unwrap();
+        c
+    }
+
+    #[test]
+    fn full_requests_carry_every_user_and_acl() {
+        let mut c = started_controller();
         let verifier = Verifier::new(Mechanism::ScramSha512, "pw", b"salt", 4096);
         let r = c.alter_user_scram_credentials(&pb::AlterUserScramCredentialsRequest {
             upsertions: vec![syncline_controller::credential_of("alice", &verifier)],
@@ -1165,14 +1171,7 @@ mod tests {
 
     #[test]
     fn full_requests_carry_every_client_quota() {
-        let mut c = Controller::new(
-            ControllerConfig::new(0, "c"),
-            MetadataImage::new(),
-            Instant::now(),
-        )
-        .unwrap();
-        let start = c.start();
-        c.replay_all(0, &start.records).unwrap();
+        let mut c = started_controller();
         assert!(full_request(&c, 1)
             .client_quotas
             .is_some_and(|q| q.entries.is_empty()));
