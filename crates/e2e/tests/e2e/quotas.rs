@@ -9,6 +9,10 @@
 //! The broker runs with a quota window of two samples of a second (see
 //! `syncline_e2e::quotas`).
 //!
+//! librdkafka is held to producer and consumer quotas the CLI set for its
+//! client id (±10 %), and its own statistics report the throttle times the
+//! broker told it (crates/e2e/python/librdkafka_throttle.py).
+//!
 //! A Kafka client manages the same quotas through the Kafka listener:
 //! kafka-python sends AlterClientQuotas and DescribeClientQuotas
 //! (crates/e2e/python/kafka_client_quotas.py), and what it sets the CLI
@@ -172,10 +176,13 @@ const SCRIPT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Runs `kafka_client_quotas.py COMMAND BOOTSTRAP ARGS...`; its stdout
 /// lines, after checking it succeeded.
 async fn script(cluster: &Cluster, command: &str, args: &[&str]) -> Vec<String> {
-    let path = format!(
-        "{}/python/kafka_client_quotas.py",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    python(cluster, "kafka_client_quotas.py", command, args).await
+}
+
+/// Runs `crates/e2e/python/SCRIPT COMMAND BOOTSTRAP ARGS...` with the Kafka
+/// clients' Python; its stdout lines, after checking it succeeded.
+async fn python(cluster: &Cluster, script: &str, command: &str, args: &[&str]) -> Vec<String> {
+    let path = format!("{}/python/{script}", env!("CARGO_MANIFEST_DIR"));
     let child = Command::new(kafka_python())
         .arg(path)
         .args([command, &cluster.kafka_bootstrap()])
@@ -197,6 +204,84 @@ async fn script(cluster: &Cluster, command: &str, args: &[&str]) -> Vec<String> 
         .lines()
         .map(str::to_string)
         .collect()
+}
+
+/// librdkafka held to quotas the CLI set for its client id, producing and
+/// consuming: held to the rate (±10 %), and its own statistics report the
+/// throttle times the broker told it (the "throttle" window of each broker,
+/// which librdkafka fills from `throttle_time_ms`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn librdkafka_is_held_to_the_quotas_the_cli_set_and_reports_the_throttle_time() {
+    let cluster = Cluster::start(1, "quota_window_num = 2").await;
+    create_topic(&cluster, "lp", 1, 1, 1);
+    create_topic(&cluster, "lc", 1, 1, 1);
+    // What the consumer reads: 32 MiB, twice what it may read in the run,
+    // written by another client id.
+    let filler =
+        syncline_e2e::security::connect(&cluster.node(1).addr(), "filler", Duration::from_secs(5))
+            .await
+            .unwrap();
+    let filled = produce_count(&filler, "lc", 0, &record_batch(64 << 10), 512).await;
+    assert_eq!((filled.acked.len(), filled.throttled), (512, 0));
+    let quota = QUOTA.to_string();
+    stdout(&cluster.cli(
+        &[
+            "quota",
+            "set",
+            "--client-id",
+            "rdk",
+            "--producer-byte-rate",
+            &quota,
+            "--consumer-byte-rate",
+            &quota,
+        ],
+        None,
+    ));
+    wait_for("the quotas to reach the broker", PROPAGATION, || async {
+        described_rate(&cluster, "rdk") == Some(QUOTA)
+            && stdout(&cluster.cli(&["quota", "describe", "--client-id", "rdk", "--json"], None))
+                .contains("consumer_byte_rate")
+    })
+    .await;
+    let (warm_up, measured) = (
+        format!("{}", WARM_UP.as_secs_f64()),
+        format!("{}", MEASURED.as_secs_f64()),
+    );
+    for (command, topic) in [("produce", "lp"), ("consume", "lc")] {
+        let lines = python(
+            &cluster,
+            "librdkafka_throttle.py",
+            command,
+            &[topic, "rdk", &warm_up, &measured],
+        )
+        .await;
+        let field = |name: &str| -> Vec<f64> {
+            let line = lines
+                .iter()
+                .find_map(|l| l.strip_prefix(&format!("{name} ")))
+                .unwrap_or_else(|| panic!("no {name} line in {lines:?}"));
+            line.split(' ').map(|v| v.parse().unwrap()).collect()
+        };
+        let rate = field("RATE")[0];
+        let throttle = field("THROTTLE");
+        println!(
+            "librdkafka {command}, client id rdk with a quota of {QUOTA} B/s: {rate:.0} B/s \
+             ({:.3} of it) over {MEASURED:?} after {WARM_UP:?}; its statistics: throttle \
+             up to {} ms, {} answers throttled",
+            rate / QUOTA as f64,
+            throttle[0],
+            throttle[1]
+        );
+        let ratio = rate / QUOTA as f64;
+        assert!(
+            (0.9..=1.1).contains(&ratio),
+            "librdkafka {command} at {rate:.0} B/s against a quota of {QUOTA}"
+        );
+        assert!(
+            throttle[0] > 0.0 && throttle[1] > 0.0,
+            "librdkafka's statistics report no throttle time: {throttle:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
