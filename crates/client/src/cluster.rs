@@ -28,8 +28,10 @@ macro_rules! expect_body {
 }
 pub(crate) use expect_body;
 
-/// A broker's connection slot. The async mutex makes concurrent callers share one
-/// connect attempt instead of racing to open several sockets.
+/// A broker's connection slot. Callers that find it empty connect each on their
+/// own (see [`Cluster::broker_connection`]): the producer's sender drains no
+/// more for a broker while one of its requests is connecting, so that its
+/// requests are written in the order they were drained.
 type Slot = Arc<tokio::sync::Mutex<Option<Connection>>>;
 
 /// Connections and metadata for one client.
@@ -98,6 +100,17 @@ impl Cluster {
         }
         *slot = Some(conn.clone());
         Ok(conn)
+    }
+
+    /// The open connection to broker `id` at `addr`, if there is one; never
+    /// waits (the producer's sender asks while it drains).
+    pub(crate) fn open_connection(&self, id: i32, addr: &str) -> Option<Connection> {
+        let slot = self.brokers.lock().get(&id)?.clone();
+        let stored = slot.try_lock().ok()?;
+        stored
+            .as_ref()
+            .filter(|c| !c.is_closed() && c.peer() == addr)
+            .cloned()
     }
 
     /// Uses `conn` for broker `id` (tests: a fake peer over an in-memory stream).
@@ -200,7 +213,7 @@ impl Cluster {
 
     /// A connection to broker `id`, refreshing the metadata first if it does
     /// not know the broker yet.
-    async fn known_broker_connection(&self, id: i32) -> Result<Connection, ClientError> {
+    pub(crate) async fn known_broker_connection(&self, id: i32) -> Result<Connection, ClientError> {
         match self.broker_connection(id).await {
             Err(ClientError::UnknownBroker(_)) => {
                 self.refresh_metadata(vec![]).await?;

@@ -4,7 +4,7 @@
 //! and puts batches that failed with a retriable error back for a retry after a
 //! backoff, refreshing metadata when the error says the leader moved.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,12 +17,16 @@ use tokio::time::Instant;
 use crate::accumulator::ProducerBatch;
 use crate::cluster::{expect_body, Cluster};
 use crate::config::{Acks, ClientConfig, ProducerConfig};
+use crate::connection::Connection;
 use crate::error::{ClientError, ProduceError};
 use crate::producer::Shared;
 
 /// A produce request that came back (or failed).
 struct Done {
     broker: i32,
+    /// The request opened the broker's connection (there was none when it was
+    /// drained).
+    opened: bool,
     batches: Vec<ProducerBatch>,
     /// `None` for acks=0 (no response exists).
     result: Result<Option<pb::ProduceResponse>, ClientError>,
@@ -119,6 +123,14 @@ pub(crate) struct Sender {
     shared: Arc<Shared>,
     in_flight: FuturesUnordered<BoxFuture<'static, Done>>,
     in_flight_per_broker: HashMap<i32, usize>,
+    /// Brokers whose request in flight is opening their connection: nothing
+    /// more is drained for them until it is answered. A request drained
+    /// meanwhile would open a connection of its own, which may be ready after
+    /// one drained later found the first: the later request would be written
+    /// first, and records acknowledged out of the order they were sent in,
+    /// with no error to explain it (Kafka's producer drains only for a broker
+    /// whose connection is ready).
+    connecting: HashSet<i32>,
     /// The metadata refresh in progress (at most one).
     refresh: FuturesUnordered<BoxFuture<'static, ()>>,
     /// The idempotent producer's InitProducerId in progress (at most one).
@@ -137,6 +149,7 @@ impl Sender {
             shared,
             in_flight: FuturesUnordered::new(),
             in_flight_per_broker: HashMap::new(),
+            connecting: HashSet::new(),
             refresh: FuturesUnordered::new(),
             init: FuturesUnordered::new(),
             init_retry_at: None,
@@ -280,12 +293,17 @@ impl Sender {
                 let mut drained = Vec::new();
                 for &broker in check.brokers.iter().filter(|_| !needs_id) {
                     if self.in_flight_per_broker.get(&broker).copied().unwrap_or(0) >= max_in_flight
+                        || self.connecting.contains(&broker)
                     {
                         continue;
                     }
+                    let conn = md
+                        .brokers
+                        .get(&broker)
+                        .and_then(|b| self.cluster.open_connection(broker, &b.address()));
                     let batches = acc.drain(broker, leader_of, self.config.max_request_size, now);
                     if !batches.is_empty() {
-                        drained.push((broker, batches));
+                        drained.push((broker, conn, batches));
                     }
                 }
                 (check, drained)
@@ -330,8 +348,8 @@ impl Sender {
             self.shared.completed.notify_waiters();
         }
         let sent = !requests.is_empty();
-        for (broker, batches) in requests {
-            self.start_request(broker, batches);
+        for (broker, conn, batches) in requests {
+            self.start_request(broker, conn, batches);
         }
 
         let max_age = self.config.client.metadata_max_age_ms;
@@ -365,28 +383,44 @@ impl Sender {
         (next_check, sent)
     }
 
-    fn start_request(&mut self, broker: i32, mut batches: Vec<ProducerBatch>) {
+    /// Sends `batches` to `broker` on `conn`, its open connection, or on one
+    /// this request opens (`None`: the broker is `connecting` until the answer).
+    fn start_request(
+        &mut self,
+        broker: i32,
+        conn: Option<Connection>,
+        mut batches: Vec<ProducerBatch>,
+    ) {
         let acks = self.config.acks;
         let request = produce_request(acks, self.config.client.request_timeout_ms, &mut batches);
         *self.in_flight_per_broker.entry(broker).or_default() += 1;
+        let opened = conn.is_none();
+        if opened {
+            self.connecting.insert(broker);
+        }
         let cluster = self.cluster.clone();
         let body = pb::request::Body::Produce(request);
         self.in_flight.push(
             async move {
-                let result = if acks == Acks::None {
-                    match cluster.broker_connection(broker).await {
-                        Ok(conn) => conn.send_no_response(body).await.map(|()| None),
-                        Err(e) => Err(e),
+                let conn = match conn {
+                    Some(conn) => Ok(conn),
+                    None if acks == Acks::None => cluster.broker_connection(broker).await,
+                    None => cluster.known_broker_connection(broker).await,
+                };
+                let result = match conn {
+                    Err(e) => Err(e),
+                    Ok(conn) if acks == Acks::None => {
+                        conn.send_no_response(body).await.map(|()| None)
                     }
-                } else {
-                    cluster
-                        .send_to(broker, body)
+                    Ok(conn) => cluster
+                        .send_on(&conn, body)
                         .await
                         .and_then(|b| expect_body!(b, Produce))
-                        .map(Some)
+                        .map(Some),
                 };
                 Done {
                     broker,
+                    opened,
                     batches,
                     result,
                 }
@@ -398,6 +432,9 @@ impl Sender {
     fn handle(&mut self, done: Done, now: Instant) {
         if let Some(n) = self.in_flight_per_broker.get_mut(&done.broker) {
             *n = n.saturating_sub(1);
+        }
+        if done.opened {
+            self.connecting.remove(&done.broker);
         }
         match done.result {
             Ok(None) => {
