@@ -90,14 +90,6 @@ fn quotas_of(cl: &Cluster, components: &[pb::ClientQuotaEntityComponent]) -> Vec
         .unwrap_or_default()
 }
 
-fn assert_replays_and_snapshots(cl: &Cluster) {
-    assert_eq!(&cl.replayed(), cl.c.image());
-    let snapshot = cl.c.image().to_snapshot();
-    let restored = MetadataImage::from_snapshot(&snapshot).unwrap();
-    assert_eq!(&restored, cl.c.image());
-    assert_eq!(restored.to_snapshot(), snapshot);
-}
-
 /// An entry refused whole: INVALID_REQUEST with `why` in its message, and no
 /// record.
 fn assert_invalid(cl: &Cluster, entry: pb::ClientQuotaAlteration, why: &str) {
@@ -305,7 +297,7 @@ fn test_alter_and_remove() {
     );
     // The same values again: no record.
     assert!(cl.c.alter_client_quotas(&mixed).records.is_empty());
-    assert_replays_and_snapshots(&cl);
+    cl.assert_replays_and_snapshots();
 }
 
 /// Kafka's testEntityTypes: every combination of user and client id, each
@@ -367,7 +359,7 @@ fn test_entity_types() {
         cl.c.image().client_quotas()[&both_defaults].get(QuotaKey::RequestPercentage),
         Some(55.5)
     );
-    assert_replays_and_snapshots(&cl);
+    cl.assert_replays_and_snapshots();
 }
 
 /// Each entry stands alone: a valid entry beside an invalid one is made; an

@@ -64,14 +64,6 @@ fn mechanisms(cl: &Cluster, user: &str) -> Vec<String> {
         .collect()
 }
 
-fn assert_replays_and_snapshots(cl: &Cluster) {
-    assert_eq!(&cl.replayed(), cl.c.image());
-    let snapshot = cl.c.image().to_snapshot();
-    let restored = MetadataImage::from_snapshot(&snapshot).unwrap();
-    assert_eq!(&restored, cl.c.image());
-    assert_eq!(restored.to_snapshot(), snapshot);
-}
-
 #[test]
 fn credentials_are_set_replaced_and_deleted_and_survive_replay_and_snapshots() {
     let mut cl = Cluster::with_brokers(&[1]);
@@ -87,7 +79,7 @@ fn credentials_are_set_replaced_and_deleted_and_survive_replay_and_snapshots() {
     assert_eq!(resp.results[0].error_code, 0, "{resp:?}");
     assert_eq!(mechanisms(&cl, "alice"), vec![SHA256, SHA512]);
     assert!(cl.c.image().users_initialized());
-    assert_replays_and_snapshots(&cl);
+    cl.assert_replays_and_snapshots();
 
     // Replaced: the new verifier wins.
     let mut replacement = credential("alice", SHA256);
@@ -108,7 +100,7 @@ fn credentials_are_set_replaced_and_deleted_and_survive_replay_and_snapshots() {
     assert_eq!(cl.c.image().scram_credentials().count(), 0);
     // Users stay initialized: the bootstrap users never come back.
     assert!(cl.c.image().users_initialized());
-    assert_replays_and_snapshots(&cl);
+    cl.assert_replays_and_snapshots();
 }
 
 #[test]
@@ -412,7 +404,7 @@ fn acls_are_created_once_and_invalid_ones_refused_with_the_reason() {
         );
     }
     assert_eq!(cl.c.image().acls().count(), 2);
-    assert_replays_and_snapshots(&cl);
+    cl.assert_replays_and_snapshots();
 }
 
 fn filter(principal: &str, resource_name: &str, pattern_type: i32) -> pb::AclBindingFilter {
@@ -478,7 +470,7 @@ fn acls_are_deleted_by_filter_each_result_listing_what_it_matched() {
     assert_eq!(resp.results[3].error_code, 0);
     assert!(resp.results[3].deleted.is_empty());
     assert_eq!(cl.c.image().acls().cloned().collect::<Vec<_>>(), vec![d]);
-    assert_replays_and_snapshots(&cl);
+    cl.assert_replays_and_snapshots();
 }
 
 #[test]
@@ -495,7 +487,7 @@ fn users_and_acls_snapshot_with_the_users_initialized_mark() {
     assert_eq!(security, cl.c.image().security_image());
     assert_eq!(security.credentials, vec![credential("alice", SHA512)]);
     assert_eq!(security.acls.len(), 1);
-    assert_replays_and_snapshots(&cl);
+    cl.assert_replays_and_snapshots();
     // A snapshot from before users existed has no security image: none, uninitialized.
     let mut old = snapshot;
     old.security = None;

@@ -252,6 +252,16 @@ impl Cluster {
         }
         image
     }
+
+    /// The whole log replays to the live image, and the image goes through
+    /// its snapshot unchanged.
+    pub(crate) fn assert_replays_and_snapshots(&self) {
+        assert_eq!(&self.replayed(), self.c.image());
+        let snapshot = self.c.image().to_snapshot();
+        let restored = MetadataImage::from_snapshot(&snapshot).unwrap();
+        assert_eq!(&restored, self.c.image());
+        assert_eq!(restored.to_snapshot(), snapshot);
+    }
 }
 
 /// A partition state literal: replicas, ISR, leader, leader epoch, partition epoch.
