@@ -351,18 +351,11 @@ fn list_json(acls: &[AclBinding]) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
 
     use super::*;
 
-    #[derive(Debug, Parser)]
-    struct Cli {
-        #[command(subcommand)]
-        command: AclCommand,
-    }
-
     fn parse(args: &[&str]) -> Result<AclCommand, clap::Error> {
-        Cli::try_parse_from(std::iter::once("acl").chain(args.iter().copied())).map(|c| c.command)
+        crate::args::parse_subcommand("acl", args)
     }
 
     fn change(args: &[&str]) -> ChangeArgs {

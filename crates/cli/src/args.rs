@@ -371,6 +371,19 @@ fn parse_start_offset(s: &str) -> Result<StartOffset, String> {
     }
 }
 
+/// Parses `args` as the subcommands of `syncline NAME` alone (`C`: the
+/// command's subcommand enum), for the commands' own tests.
+#[cfg(test)]
+pub(crate) fn parse_subcommand<C: clap::Subcommand>(
+    name: &'static str,
+    args: &[&str],
+) -> Result<C, clap::Error> {
+    let command = C::augment_subcommands(clap::Command::new(name)).subcommand_required(true);
+    let matches =
+        command.try_get_matches_from(std::iter::once(name).chain(args.iter().copied()))?;
+    C::from_arg_matches(&matches)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -372,18 +372,11 @@ fn describe_json(entries: &[pb::ClientQuotaEntry]) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
 
     use super::*;
 
-    #[derive(Debug, Parser)]
-    struct Cli {
-        #[command(subcommand)]
-        command: QuotaCommand,
-    }
-
     fn parse(args: &[&str]) -> Result<QuotaCommand, clap::Error> {
-        Cli::try_parse_from(std::iter::once("quota").chain(args.iter().copied())).map(|c| c.command)
+        crate::args::parse_subcommand("quota", args)
     }
 
     #[test]

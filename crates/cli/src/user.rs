@@ -303,19 +303,12 @@ fn list_json(users: &[UserScramCredentials]) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
     use syncline_client::ScramCredentialInfo;
 
     use super::*;
 
-    #[derive(Debug, Parser)]
-    struct Cli {
-        #[command(subcommand)]
-        command: UserCommand,
-    }
-
     fn parse(args: &[&str]) -> Result<UserCommand, clap::Error> {
-        Cli::try_parse_from(std::iter::once("user").chain(args.iter().copied())).map(|c| c.command)
+        crate::args::parse_subcommand("user", args)
     }
 
     #[test]
