@@ -200,6 +200,7 @@ async fn run(args: &Args, attacks: &[Attack]) -> anyhow::Result<bool> {
         let name = attack.map_or("none", Attack::name);
         println!("==> phase {i}: {name}, {} s", args.seconds);
         let before = health(&metrics).await?;
+        let resting = open_connections(&metrics).await?;
         steady.enter(i);
         let mut attacker = match attack {
             Some(a) => Some(attacker(a, args)?),
@@ -240,8 +241,25 @@ async fn run(args: &Args, attacks: &[Attack]) -> anyhow::Result<bool> {
             attack_sent,
             attack_answered,
         });
-        // The attack's connections go before the next phase starts.
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        // The attack's connections go before the next phase starts: the
+        // brokers back to the connections open when it began (their own
+        // may change meanwhile: a new leader's fetcher, so said, not failed).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let open = open_connections(&metrics).await?;
+            if open <= resting {
+                break;
+            }
+            if Instant::now() >= deadline {
+                println!(
+                    "    30 s after the {name} attacker ended the brokers hold {} connections \
+                     more than when it began",
+                    open - resting
+                );
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
     let sent = steady.finish().await?;
     for (i, phase) in phases.iter_mut().enumerate() {
@@ -338,6 +356,15 @@ async fn attack_until_told(attack: Attack, target: Target) -> anyhow::Result<()>
         tally.answered.load(Ordering::Relaxed)
     );
     Ok(())
+}
+
+/// Connections open on the brokers, all together.
+async fn open_connections(metrics: &[String]) -> anyhow::Result<f64> {
+    let mut open = 0.0;
+    for addr in metrics {
+        open += watch::metrics(addr, &["syncline_connections"]).await?[0];
+    }
+    Ok(open)
 }
 
 async fn health(metrics: &[String]) -> anyhow::Result<Vec<f64>> {
