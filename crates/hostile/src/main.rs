@@ -196,6 +196,7 @@ async fn run(args: &Args, attacks: &[Attack]) -> anyhow::Result<bool> {
     let names: Vec<Option<Attack>> = std::iter::once(None)
         .chain(attacks.iter().copied().map(Some))
         .collect();
+    let last = names.len() - 1;
     for (i, attack) in names.into_iter().enumerate() {
         let name = attack.map_or("none", Attack::name);
         println!("==> phase {i}: {name}, {} s", args.seconds);
@@ -241,24 +242,9 @@ async fn run(args: &Args, attacks: &[Attack]) -> anyhow::Result<bool> {
             attack_sent,
             attack_answered,
         });
-        // The attack's connections go before the next phase starts: the
-        // brokers back to the connections open when it began (their own
-        // may change meanwhile: a new leader's fetcher, so said, not failed).
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let open = open_connections(&metrics).await?;
-            if open <= resting {
-                break;
-            }
-            if Instant::now() >= deadline {
-                println!(
-                    "    30 s after the {name} attacker ended the brokers hold {} connections \
-                     more than when it began",
-                    open - resting
-                );
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        // The attack's connections go before the next phase starts.
+        if i < last {
+            await_connections_back(&metrics, resting, name).await?;
         }
     }
     let sent = steady.finish().await?;
@@ -356,6 +342,32 @@ async fn attack_until_told(attack: Attack, target: Target) -> anyhow::Result<()>
         tally.answered.load(Ordering::Relaxed)
     );
     Ok(())
+}
+
+/// Waits until the brokers are back to the `resting` connections open when
+/// the `name` phase began (their own may change meanwhile, a new leader's
+/// fetcher: after 30 s that is said, not failed).
+async fn await_connections_back(
+    metrics: &[String],
+    resting: f64,
+    name: &str,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let open = open_connections(metrics).await?;
+        if open <= resting {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            println!(
+                "    30 s after the {name} attacker ended the brokers hold {} connections \
+                 more than when it began",
+                open - resting
+            );
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Connections open on the brokers, all together.
